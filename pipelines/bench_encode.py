@@ -1,0 +1,101 @@
+"""Single-process encoding speed: swe.StaticModel vs model2vec (potion-base-8M) vs WordLlama.
+
+    python pipelines/bench_encode.py --sentences 100000 --threads 1
+
+All encoders embed the same English Wikipedia sentences at 256 dimensions. ``--threads`` caps
+every thread pool (Rayon for the Rust tokenizers model2vec uses, BLAS, OpenMP) and is set before
+any library is imported. Each encoder runs once to warm up, then ``--repeats`` timed runs; the
+median is reported. The swe model's vectors are random (speed does not depend on their values),
+its vocabulary is GloVe's most frequent ``--vocab`` words, and it has the MiniLM tokenizer for the
+OOV rule: the shape of a paper-setting model (V=150k, d'=256). ``--model PATH`` uses a real one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import platform
+import statistics
+import sys
+import time
+
+CORPUS = "../shared/data/corpora/en_wikipedia/enwiki_sents.00.txt.xz"
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--corpus", default=CORPUS)
+    p.add_argument("--sentences", type=int, default=100_000)
+    p.add_argument("--threads", type=int, default=0, help="0 = library defaults (all cores)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--vocab", type=int, default=150_000)
+    p.add_argument("--model", help="a saved swe model to time instead of the synthetic one")
+    p.add_argument("--json", help="write the results here")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = _args()
+    if args.threads:
+        for var in ("RAYON_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "MKL_NUM_THREADS"):
+            os.environ[var] = str(args.threads)
+    import numpy as np
+
+    from swe import StaticModel, baselines
+
+    with lzma.open(args.corpus, "rt", encoding="utf-8") as f:
+        texts = [next(f).rstrip("\n") for _ in range(args.sentences)]
+    print(f"{len(texts)} sentences from {args.corpus}", file=sys.stderr)
+
+    if args.model:
+        swe_model = StaticModel.load(args.model)
+    else:
+        glove = baselines.glove_50d()
+        words = glove.words[: args.vocab]
+        rng = np.random.default_rng(0)
+        swe_model = StaticModel.from_vectors(
+            words, rng.standard_normal((len(words), 256), dtype=np.float32),
+            tokenizer=baselines.minilm_dir())
+
+    from model2vec import StaticModel as M2V
+
+    m2v = M2V.from_pretrained(str(baselines.potion_base_8m_dir()))
+    wl = baselines.wordllama_256()
+
+    encoders = {
+        "swe.StaticModel": lambda: swe_model.encode(texts),
+        "model2vec potion-base-8M": lambda: m2v.encode(texts),
+        "WordLlama l2_supercat 256": lambda: wl.embed(texts),
+    }
+    results = {}
+    for name, fn in encoders.items():
+        t = time.perf_counter()
+        out = fn()
+        cold = time.perf_counter() - t
+        times = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        med = statistics.median(times)
+        results[name] = {"dim": int(np.asarray(out).shape[1]),
+                         "sentences_per_s": len(texts) / med,
+                         "cold_sentences_per_s": len(texts) / cold}
+        print(f"{name:28s} {len(texts) / med:10.0f} sent/s (first run {len(texts) / cold:.0f})",
+              file=sys.stderr)
+    ratio = (results["swe.StaticModel"]["sentences_per_s"]
+             / results["model2vec potion-base-8M"]["sentences_per_s"])
+    report = {"sentences": len(texts), "threads": args.threads or "default",
+              "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+              "results": results, "swe_over_model2vec": ratio}
+    print(json.dumps(report, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

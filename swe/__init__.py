@@ -1,0 +1,11 @@
+"""swe: static word embeddings for sentence semantics, distilled from Sentence Transformers.
+
+``swe.StaticModel.load(path).encode(texts)`` needs numpy, safetensors, tokenizers and blingfire
+only; the build and bulk pipelines (Ray, torch) live in submodules imported on demand.
+"""
+
+from swe.ensemble import EnsembleModel
+from swe.model import StaticModel
+
+__version__ = "0.1.0"
+__all__ = ["EnsembleModel", "StaticModel", "__version__"]

@@ -1,0 +1,66 @@
+"""Ensembles of static models (Wada et al. 2025, Appendix D).
+
+E(z) = [a₁·f(E₁(z)), …, a_L·f(E_L(z))] / sqrt(Σ aᵢ²), f = L2 normalisation, so the cosine of
+two ensemble vectors is the weighted mean of the members' cosines (weights aᵢ²/Σaⱼ²).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from swe import storage
+from swe.model import StaticModel
+
+__all__ = ["EnsembleModel"]
+
+
+class EnsembleModel:
+    """Concatenation of weighted, normalised member embeddings; same ``encode`` API."""
+
+    def __init__(self, models: Sequence[StaticModel], weights: Sequence[float] | None = None):
+        models = list(models)
+        if not models:
+            raise ValueError("an ensemble needs at least one model")
+        weights = [1.0] * len(models) if weights is None else [float(w) for w in weights]
+        if len(weights) != len(models):
+            raise ValueError(f"{len(weights)} weights for {len(models)} models")
+        if not all(np.isfinite(w) and w > 0 for w in weights):
+            raise ValueError(f"weights must be positive and finite, got {weights}")
+        self.models = models
+        self.weights = weights
+        self._scale = np.asarray(weights, dtype=np.float32) / np.sqrt(np.sum(np.square(weights)))
+
+    @property
+    def dim(self) -> int:
+        """Sum of the members' dimensions."""
+        return sum(m.dim for m in self.models)
+
+    def encode(self, texts: str | Iterable[str | None], batch_size: int = 1024) -> np.ndarray:
+        """Embed texts: ``[n, Σdᵢ]`` float32; unit norm when every member knows a word."""
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts) if texts is not None else None
+        parts = [s * m.encode(texts, batch_size) for s, m in zip(self._scale, self.models,
+                                                                  strict=True)]
+        out = np.concatenate(parts, axis=1)
+        return out[0] if single else out
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Members under ``member_<i>/`` and the weights in ``ensemble.json``."""
+        path = os.fspath(path)
+        for i, m in enumerate(self.models):
+            m.save(storage.join(path, f"member_{i}"))
+        meta = {"format": "swe-ensemble", "members": len(self.models), "weights": self.weights}
+        storage.write_bytes(storage.join(path, "ensemble.json"), json.dumps(meta).encode())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> EnsembleModel:
+        """Load an ensemble written by :meth:`save`."""
+        path = os.fspath(path)
+        meta = json.loads(storage.read_text(storage.join(path, "ensemble.json")))
+        models = [StaticModel.load(storage.join(path, f"member_{i}"))
+                  for i in range(meta["members"])]
+        return cls(models, meta["weights"])

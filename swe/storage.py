@@ -1,0 +1,63 @@
+"""Paths as fsspec URLs: local paths and ``s3://`` behave the same.
+
+Credentials and endpoints come from the environment (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``), never from configs or logs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import fsspec
+from fsspec import AbstractFileSystem
+
+__all__ = ["filesystem", "is_local", "join", "read_bytes", "read_text", "write_bytes"]
+
+
+def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
+    """The fsspec filesystem for ``url`` and the path within it."""
+    url = os.fspath(url)
+    opts = {}
+    if url.startswith(("s3://", "s3a://")):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            opts["endpoint_url"] = endpoint
+    return fsspec.core.url_to_fs(url, **opts)
+
+
+def is_local(url: str) -> bool:
+    """True for plain paths and ``file://`` URLs."""
+    return "://" not in os.fspath(url) or os.fspath(url).startswith("file://")
+
+
+def join(url: str, *parts: str) -> str:
+    """Join URL parts with ``/`` (``os.path.join`` for local paths)."""
+    url = os.fspath(url)
+    if is_local(url):
+        return os.path.join(url, *parts)
+    return "/".join([url.rstrip("/"), *parts])
+
+
+def read_bytes(url: str) -> bytes:
+    """Whole file as bytes; ``FileNotFoundError`` naming ``url`` when absent."""
+    fs, path = filesystem(url)
+    try:
+        with fs.open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file: {url}") from None
+
+
+def read_text(url: str) -> str:
+    """Whole file decoded as UTF-8."""
+    return read_bytes(url).decode("utf-8")
+
+
+def write_bytes(url: str, data: bytes) -> None:
+    """Write a whole file, creating parent directories as needed."""
+    fs, path = filesystem(url)
+    parent = path.rsplit("/", 1)[0] if "/" in path else ""
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    with fs.open(path, "wb") as f:
+        f.write(data)

@@ -1,0 +1,170 @@
+"""Text units shared by extraction and inference, so both split text identically.
+
+* Sentences: BlingFire, one line at a time (BlingFire treats newlines as spaces).
+* Words: BlingFire word units with character offsets. Runs of Chinese/Japanese script are not
+  space-delimited, so inside a word they are split further into the teacher's tokens
+  (``##``/``▁`` markers stripped), or into single characters when no tokenizer is given.
+* Punctuation: a unit made only of Unicode punctuation or symbol characters (this includes
+  emoji); such units are never looked up.
+* Case policy: per language, how the build's vocabulary is cased (English lowercased, German
+  cased, Chinese/Japanese teacher tokens).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import blingfire
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+__all__ = [
+    "LANGUAGES",
+    "Language",
+    "clean",
+    "cjk_split",
+    "has_cjk",
+    "is_punctuation",
+    "language",
+    "split_sentences",
+    "strip_marker",
+    "word_spans",
+    "words",
+]
+
+
+@dataclass(frozen=True)
+class Language:
+    """How a language's vocabulary is built: its case policy and unit of segmentation."""
+
+    code: str
+    lowercase: bool
+    teacher_tokens: bool = False
+
+
+_SPACE_DELIMITED_CASED = ("de", "fr", "es", "it", "pt", "nl", "sv", "da", "no", "fi", "pl",
+                          "cs", "ru", "uk", "tr", "el", "ro", "hu", "ko", "vi", "id", "ar")
+LANGUAGES: dict[str, Language] = {
+    "en": Language("en", lowercase=True),
+    **{c: Language(c, lowercase=False) for c in _SPACE_DELIMITED_CASED},
+    "zh": Language("zh", lowercase=False, teacher_tokens=True),
+    "ja": Language("ja", lowercase=False, teacher_tokens=True),
+}
+
+
+def language(code: str) -> Language:
+    """The :class:`Language` for an ISO 639-1 code; a clear ``ValueError`` for unknown codes."""
+    try:
+        return LANGUAGES[code]
+    except (KeyError, TypeError):
+        known = ", ".join(sorted(LANGUAGES))
+        raise ValueError(f"unknown language {code!r}; supported: {known}") from None
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def clean(text: str) -> str:
+    """Make any ``str`` safe for the C splitters: lone surrogates become U+FFFD, NUL a space."""
+    if "\x00" in text:
+        text = text.replace("\x00", " ")
+    if _SURROGATES.search(text):
+        text = _SURROGATES.sub("\ufffd", text)
+    return text
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences, line by line; blank lines and surrounding space dropped."""
+    out: list[str] = []
+    for line in clean(text).splitlines():
+        line = line.strip()
+        if line:
+            out.extend(s for s in blingfire.text_to_sentences(line).split("\n") if s.strip())
+    return out
+
+
+_text_to_words = blingfire.blingfire.TextToWords  # the C function behind text_to_words
+_buffers = threading.local()
+
+
+def _bf_words(data: bytes) -> str:
+    """``blingfire.text_to_words`` on UTF-8 bytes, reusing a per-thread output buffer: the
+    library's wrapper allocates a fresh buffer per call, which costs as much as the splitting."""
+    need = len(data) * 3 + 1
+    buf = getattr(_buffers, "buf", None)
+    if buf is None or len(buf) < need:
+        buf = _buffers.buf = ctypes.create_string_buffer(max(need, 1 << 16))
+    n = _text_to_words(data, len(data), buf, len(buf))
+    if n <= 0 or n > len(buf):
+        return ""
+    return ctypes.string_at(buf, n - 1).decode("utf-8")
+
+
+def words(text: str) -> list[str]:
+    """BlingFire word units of ``text`` (punctuation included; CJK runs not yet split).
+
+    This is the inference hot path, so :func:`clean` runs only when it is needed.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", " ")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        data = clean(text).encode("utf-8")
+    return _bf_words(data).split()
+
+
+def word_spans(text: str) -> list[tuple[str, int, int]]:
+    """Word units with character offsets ``(word, start, end)`` into ``clean(text)``."""
+    text = clean(text)
+    _, offsets = blingfire.text_to_words_with_offsets(text)
+    return [(text[a:b], a, b) for a, b in offsets if b > a]
+
+
+# Han, Hiragana, Katakana (incl. halfwidth), CJK symbols and compatibility ideographs.
+_CJK = re.compile(
+    "[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+    "\U00020000-\U0002ffff]"
+)
+
+
+def has_cjk(word: str) -> bool:
+    """True when ``word`` contains Chinese or Japanese script (not space-delimited)."""
+    return _CJK.search(word) is not None
+
+
+_MARKERS = ("##", "▁", "Ġ")
+
+
+def strip_marker(token: str) -> str:
+    """A subword without its continuation/word-start marker (``##ing`` → ``ing``)."""
+    for m in _MARKERS:
+        if token.startswith(m):
+            return token[len(m):]
+    return token
+
+
+def cjk_split(word: str, tokenizer: Tokenizer | None, unk: str | None = None) -> list[str]:
+    """Split a word holding CJK script into teacher tokens (markers stripped, the unknown token
+    ``unk`` dropped), or into characters when there is no tokenizer."""
+    if tokenizer is None:
+        return list(word)
+    toks = tokenizer.encode(word, add_special_tokens=False).tokens
+    return [t for t in (strip_marker(t) for t in toks if t != unk) if t]
+
+
+@lru_cache(maxsize=1 << 16)
+def _is_punct_char(ch: str) -> bool:
+    return unicodedata.category(ch)[0] in "PS"
+
+
+def is_punctuation(unit: str) -> bool:
+    """True when every character is Unicode punctuation or a symbol (``.``, ``—``, ``$``, 😀)."""
+    return all(_is_punct_char(c) for c in unit)
