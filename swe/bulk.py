@@ -1,0 +1,368 @@
+"""Bulk offline encoding as a Ray Data job: files in, Parquet embeddings out.
+
+Shape of the job:
+
+1. *Plan* (driver): expand the input globs into files; count each file's rows in parallel tasks
+   (Parquet from its footer, text/JSONL by one streaming pass) — the independent count the output
+   is checked against, and the total for progress.
+2. *Read* (tasks): one task per text/JSONL file (a compressed stream cannot be split) or per
+   Parquet row group, streaming fixed-size chunks with each row's file and row number.
+3. *Encode* (actor pool): each actor loads the model once; embeddings as a fixed-size-list column.
+4. *Write* into a staging prefix, verify output rows == input rows, then swap it into place: a
+   rerun replaces the output and never mixes old and new parts. ``_SUCCESS`` holds the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swe import storage
+
+__all__ = ["EncodeSummary", "encode_files", "expand_inputs", "input_format"]
+
+log = logging.getLogger("swe.bulk")
+
+_COMPRESSION = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bz2"}
+_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
+            ".json": "jsonl", ".txt": "text", ".text": "text"}
+CHUNK_ROWS = 8192
+
+
+@dataclass
+class EncodeSummary:
+    """What a bulk encoding job did; also written to ``<output>/_SUCCESS``."""
+
+    output: str
+    model: str
+    files: int
+    rows: int
+    null_texts: int
+    empty_texts: int
+    invalid_utf8_rows: int
+    dim: int
+    dtype: str
+    seconds: float
+    rows_per_s: float
+    output_files: list[str] = field(default_factory=list)
+
+
+def _split_compression(path: str) -> tuple[str, str | None]:
+    for ext, comp in _COMPRESSION.items():
+        if path.endswith(ext):
+            return path[: -len(ext)], comp
+    return path, None
+
+
+def input_format(path: str, fmt: str = "auto") -> tuple[str, str | None]:
+    """``(format, compression)`` of an input file; ``fmt`` overrides the extension."""
+    stem, comp = _split_compression(path)
+    if fmt != "auto":
+        if fmt not in ("parquet", "jsonl", "text"):
+            raise ValueError(f"unknown --format {fmt!r}; use auto, parquet, jsonl or text")
+        return fmt, comp
+    ext = os.path.splitext(stem)[1].lower()
+    if ext not in _FORMATS:
+        raise ValueError(f"cannot tell the format of {path} from its extension; pass --format "
+                         "parquet, jsonl or text")
+    return _FORMATS[ext], comp
+
+
+def expand_inputs(patterns: list[str]) -> list[str]:
+    """Files matched by paths, globs or directories (recursively), sorted; never empty."""
+    files: list[str] = []
+    for pattern in patterns:
+        fs, path = storage.filesystem(pattern)
+        proto = "" if storage.is_local(pattern) else pattern.split("://", 1)[0] + "://"
+        if any(c in path for c in "*?["):
+            found = sorted(fs.glob(path))
+        elif fs.isdir(path):
+            found = sorted(p for p in fs.find(path)
+                           if not os.path.basename(p).startswith(("_", ".")))
+        elif fs.exists(path):
+            found = [path]
+        else:
+            raise FileNotFoundError(f"input not found: {pattern}")
+        found = [p for p in found if not fs.isdir(p)]
+        if not found:
+            raise FileNotFoundError(f"no input files match {pattern}")
+        files.extend(proto + p for p in found)
+    return files
+
+
+# -- reading (runs in Ray tasks) -------------------------------------------------------------
+
+
+def _open(path: str):
+    fs, p = storage.filesystem(path)
+    _, comp = _split_compression(path)
+    return fs.open(p, "rb", compression=comp)
+
+
+def count_rows(path: str, fmt: str) -> int:
+    """Rows a file holds: Parquet footer, or lines (JSONL: non-blank lines)."""
+    if fmt == "parquet":
+        with _open(path) as f:
+            return pq.ParquetFile(f).metadata.num_rows
+    n = 0
+    last = b"\n"
+    with _open(path) as f:
+        if fmt == "text":
+            while chunk := f.read(1 << 22):
+                n += chunk.count(b"\n")
+                last = chunk[-1:]
+            return n + (last != b"\n")
+        return sum(1 for line in f if line.strip())
+
+
+def _text_chunks(path: str, fmt: str, text_col: str, id_col: str | None):
+    """Yield ``(texts, ids, invalid_utf8)`` chunks of a text or JSONL file, in order."""
+    texts: list = []
+    ids: list = []
+    bad = 0
+    with _open(path) as f:
+        for lineno, raw in enumerate(f, 1):
+            if fmt == "jsonl" and not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                bad += 1
+            if fmt == "text":
+                texts.append(line.rstrip("\r\n"))
+            else:
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+                if not isinstance(obj, dict) or text_col not in obj:
+                    raise ValueError(f"{path}:{lineno}: no {text_col!r} field (use --text-column)")
+                if id_col is not None and id_col not in obj:
+                    raise ValueError(f"{path}:{lineno}: no {id_col!r} field (use --id-column)")
+                text = obj[text_col]
+                texts.append(text if text is None or isinstance(text, str) else str(text))
+                if id_col is not None:
+                    ids.append(obj[id_col])
+            if len(texts) == CHUNK_ROWS:
+                yield texts, ids, bad
+                texts, ids, bad = [], [], 0
+    if texts:
+        yield texts, ids, bad
+
+
+def read_task(batch: dict, text_col: str, id_col: str | None, stats) -> object:
+    """Ray Data UDF: one input descriptor → chunks of rows ``(file, row, text[, id])``."""
+    path = str(batch["path"][0])
+    fmt = str(batch["format"][0])
+    file_index = int(batch["file_index"][0])
+    row = int(batch["row_offset"][0])
+    if fmt == "parquet":
+        rg = int(batch["row_group"][0])
+        cols = [text_col] + ([id_col] if id_col else [])
+        with _open(path) as f:
+            pf = pq.ParquetFile(f)
+            missing = [c for c in cols if c not in pf.schema_arrow.names]
+            if missing:
+                raise ValueError(f"{path}: no column {missing[0]!r}; columns are "
+                                 f"{pf.schema_arrow.names} (use --text-column/--id-column)")
+            for k, rb in enumerate(pf.iter_batches(batch_size=CHUNK_ROWS, row_groups=[rg],
+                                                   columns=cols)):
+                texts = rb.column(text_col)
+                if not pa.types.is_string(texts.type) and not pa.types.is_large_string(
+                        texts.type):
+                    raise ValueError(f"{path}: column {text_col!r} is {texts.type}, not text")
+                ids = rb.column(id_col) if id_col else None
+                yield _chunk(file_index, path, row, texts.to_pylist(), ids, 0, stats, (rg, k))
+                row += rb.num_rows
+        return
+    for k, (texts, ids, bad) in enumerate(_text_chunks(path, fmt, text_col, id_col)):
+        yield _chunk(file_index, path, row, texts, ids or None, bad, stats, (k,))
+        row += len(texts)
+
+
+def _chunk(file_index, path, row, texts, ids, bad, stats, key) -> pa.Table:
+    n = len(texts)
+    null = sum(t is None for t in texts)
+    empty = sum(1 for t in texts if t is not None and not t.strip())
+    # Keyed by chunk, so a retried read task does not count twice.
+    stats.put.remote(("read", file_index, *key), {"rows": n, "null_texts": null,
+                                                  "empty_texts": empty, "invalid_utf8_rows": bad})
+    cols = {"file": pa.array([path] * n, pa.string()),
+            "row": pa.array(np.arange(row, row + n, dtype=np.int64)),
+            "text": pa.array(texts, pa.string())}
+    if ids is not None:
+        cols["id"] = ids if isinstance(ids, pa.Array) else pa.array(ids)
+    return pa.table(cols)
+
+
+class Encoder:
+    """Ray Data actor: loads the model once, turns ``text`` into an ``embedding`` column."""
+
+    def __init__(self, model: str, dtype: str, id_col: str | None) -> None:
+        from swe.model import StaticModel
+
+        self.model = StaticModel.load(model)
+        self.dtype = np.dtype(dtype)
+        self.id_col = id_col
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        vectors = self.model.encode(table.column("text").to_pylist()).astype(self.dtype)
+        emb = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+        if self.id_col:
+            return pa.table({self.id_col: table.column("id"), "embedding": emb})
+        return pa.table({"file": table.column("file"), "row": table.column("row"),
+                         "embedding": emb})
+
+
+def _stats_actor():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Stats:
+        def __init__(self) -> None:
+            self.parts: dict = {}
+
+        def put(self, key, value) -> None:
+            self.parts[key] = value
+
+        def totals(self) -> dict:
+            out: dict = {}
+            for v in self.parts.values():
+                for k, x in v.items():
+                    out[k] = out.get(k, 0) + x
+            return out
+
+    return Stats.remote()
+
+
+# -- the job ----------------------------------------------------------------------------------
+
+
+def _plan(files: list[str], fmt: str) -> tuple[list[dict], int]:
+    """Read descriptors (one per text file or Parquet row group) and the total input rows."""
+    import ray
+
+    @ray.remote(num_cpus=0.5)
+    def describe(index: int, path: str, kind: str) -> tuple[list[dict], int]:
+        if kind != "parquet":
+            return [{"file_index": index, "path": path, "format": kind, "row_group": 0,
+                     "row_offset": 0}], count_rows(path, kind)
+        with _open(path) as f:
+            meta = pq.ParquetFile(f).metadata
+        out, offset = [], 0
+        for rg in range(meta.num_row_groups):
+            out.append({"file_index": index, "path": path, "format": kind, "row_group": rg,
+                        "row_offset": offset})
+            offset += meta.row_group(rg).num_rows
+        return out, meta.num_rows
+
+    kinds = [input_format(p, fmt)[0] for p in files]
+    results = ray.get([describe.remote(i, p, k) for i, (p, k) in enumerate(zip(files, kinds,
+                                                                                strict=True))])
+    tasks = [t for r in results for t in r[0]]
+    return tasks, sum(r[1] for r in results)
+
+
+def _swap_into_place(staging: str, output: str) -> None:
+    """Replace ``output`` by ``staging``: renames locally, delete-then-move on object stores."""
+    fs, out_path = storage.filesystem(output)
+    _, stage_path = storage.filesystem(staging)
+    if storage.is_local(output):
+        old = None
+        if os.path.exists(out_path):
+            old = f"{out_path}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(out_path, old)
+        os.replace(stage_path, out_path)
+        if old:
+            fs.rm(old, recursive=True)
+        return
+    if fs.exists(out_path):
+        fs.rm(out_path, recursive=True)
+    fs.mv(stage_path, out_path, recursive=True)
+
+
+def encode_files(
+    model: str,
+    inputs: list[str],
+    output: str,
+    *,
+    text_column: str = "text",
+    id_column: str | None = None,
+    dtype: str = "float32",
+    fmt: str = "auto",
+    actors: int | None = None,
+    cpus_per_actor: float = 0.5,
+    batch_size: int = 4096,
+) -> EncodeSummary:
+    """Encode every row of ``inputs`` with the model at ``model`` into Parquet at ``output``.
+
+    Exactly one output row per input row (checked against an independent count before the
+    output is replaced); ``None``/empty texts give zero vectors and are counted.
+    """
+    import ray
+
+    from swe.model import StaticModel
+    from swe.raysetup import init_ray, pyarrow_filesystem
+
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
+    output = output.rstrip("/")
+    files = expand_inputs(inputs)
+    for p in files:  # fail on unknown formats before starting anything
+        if input_format(p, fmt)[0] == "text" and id_column:
+            raise ValueError(f"{p} is plain text (one text per line): it has no id column; "
+                             "drop --id-column (rows are numbered)")
+    probe = StaticModel.load(model)  # fail fast on a bad model path, and learn its dim
+    init_ray()
+    start = time.perf_counter()
+    tasks, total = _plan(files, fmt)
+    log.info("encoding %d rows from %d files with %s", total, len(files), model)
+
+    stats = _stats_actor()
+    n_actors = actors or max(1, int(ray.available_resources().get("CPU", 1)))
+    ds = ray.data.from_items(tasks, override_num_blocks=max(1, len(tasks)))
+    ds = ds.map_batches(read_task, batch_size=1, batch_format="pyarrow", num_cpus=0.25,
+                        fn_kwargs={"text_col": text_column, "id_col": id_column, "stats": stats})
+    ds = ds.map_batches(Encoder, batch_size=batch_size, batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=cpus_per_actor,
+                        fn_constructor_kwargs={"model": model, "dtype": dtype,
+                                               "id_col": id_column})
+    staging = f"{output}.staging-{uuid.uuid4().hex[:8]}"
+    pafs, stage_path = pyarrow_filesystem(staging)
+    ds.write_parquet(stage_path, filesystem=pafs, min_rows_per_file=256 * 1024)
+
+    fs, stage_p = storage.filesystem(staging)
+    parts = sorted(p for p in fs.find(stage_p) if p.endswith(".parquet"))
+    written = 0
+    for p in parts:
+        with fs.open(p, "rb") as f:
+            written += pq.ParquetFile(f).metadata.num_rows
+    if written != total:
+        fs.rm(stage_p, recursive=True)
+        raise RuntimeError(f"wrote {written} rows for {total} input rows; output left unchanged")
+    _swap_into_place(staging, output)
+    seconds = time.perf_counter() - start
+    counts = ray.get(stats.totals.remote())
+    summary = EncodeSummary(
+        output=output, model=model, files=len(files), rows=total,
+        null_texts=counts.get("null_texts", 0), empty_texts=counts.get("empty_texts", 0),
+        invalid_utf8_rows=counts.get("invalid_utf8_rows", 0), dim=probe.dim, dtype=dtype,
+        seconds=round(seconds, 3), rows_per_s=round(total / seconds, 1),
+        output_files=[os.path.basename(p) for p in parts])
+    storage.write_bytes(storage.join(output, "_SUCCESS"),
+                        json.dumps(asdict(summary), indent=2).encode())
+    print(f"encoded {summary.rows} rows ({summary.null_texts} null, {summary.empty_texts} "
+          f"empty, {summary.invalid_utf8_rows} with invalid UTF-8) in {seconds:.1f}s = "
+          f"{summary.rows_per_s:.0f} rows/s -> {output} ({len(parts)} Parquet files)",
+          file=sys.stderr)
+    return summary

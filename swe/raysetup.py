@@ -1,0 +1,42 @@
+"""Connecting to Ray and handing object storage to Ray Data."""
+
+from __future__ import annotations
+
+import os
+
+from swe import storage
+
+__all__ = ["init_ray", "pyarrow_filesystem"]
+
+
+def init_ray(**kwargs) -> None:
+    """Join the cluster in ``RAY_ADDRESS`` (as under ``ray job submit``) or start a local one.
+
+    Idempotent. Locally the dashboard and usage stats stay off, and worker logs stay out of the
+    driver's output unless ``SWE_RAY_LOGS=1``.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(**kwargs)
+        return
+    # Workers must see the same object-storage endpoint and credentials as the driver.
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(("AWS_", "SWE_")) or k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    kwargs.setdefault("include_dashboard", False)
+    kwargs.setdefault("log_to_driver", os.environ.get("SWE_RAY_LOGS") == "1")
+    kwargs.setdefault("runtime_env", {"env_vars": env})
+    ray.init(**kwargs)
+
+
+def pyarrow_filesystem(url: str):
+    """``(pyarrow FileSystem, path)`` for ``url``, backed by the same fsspec filesystem."""
+    from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
+
+    fs, path = storage.filesystem(url)
+    if storage.is_local(url):
+        return LocalFileSystem(), os.path.abspath(path)
+    return PyFileSystem(FSSpecHandler(fs)), path

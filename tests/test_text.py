@@ -1,0 +1,55 @@
+import pytest
+
+from swe import text
+
+
+def test_sentences_are_split_per_line():
+    got = text.split_sentences("First one. Second one!\n\n  Third line without stop\nLast.")
+    assert got == ["First one.", "Second one!", "Third line without stop", "Last."]
+
+
+def test_sentences_of_blank_text():
+    assert text.split_sentences("") == []
+    assert text.split_sentences(" \n\t\n") == []
+
+
+def test_words_and_spans_agree():
+    s = "Don't stop—the U.S.A. costs $5.50, e.g. “quoted”."
+    spans = text.word_spans(s)
+    assert [w for w, _, _ in spans] == text.words(s)
+    assert all(s[a:b] == w for w, a, b in spans)
+    assert text.words(s)[:3] == ["Do", "n't", "stop"]
+
+
+@pytest.mark.parametrize(
+    ("unit", "punct"),
+    [(".", True), ("—", True), ("$", True), ("“", True), ("😀", True), ("...", True),
+     ("word", False), ("U.S.A.", False), ("5.50", False), ("n't", False), ("北京", False)],
+)
+def test_punctuation(unit, punct):
+    assert text.is_punctuation(unit) is punct
+
+
+def test_bad_characters_are_cleaned_not_fatal():
+    assert text.words("a \ud800 b") == ["a", "\ufffd", "b"]
+    assert text.words("nul\x00byte") == ["nul", "byte"]
+    assert text.clean("ok") == "ok"
+
+
+def test_cjk_detection_and_split(minilm):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(minilm / "tokenizer.json"))
+    tok.no_padding()
+    assert text.has_cjk("北京") and text.has_cjk("です") and not text.has_cjk("Straße")
+    assert text.words("我爱北京。") == ["我爱北京", "。"]  # BlingFire does not segment CJK
+    assert text.cjk_split("北京天安门", tok, "[UNK]") == ["北", "京", "天", "安"]
+    assert text.cjk_split("北京", None) == ["北", "京"]
+
+
+def test_language_policy():
+    assert text.language("en").lowercase and not text.language("en").teacher_tokens
+    assert not text.language("de").lowercase
+    assert text.language("zh").teacher_tokens and text.language("ja").teacher_tokens
+    with pytest.raises(ValueError, match="unknown language 'xx'.*supported: .*en"):
+        text.language("xx")
