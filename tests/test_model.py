@@ -180,7 +180,7 @@ def test_save_load_on_s3(model, s3):
 
 
 def test_load_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="config.json is missing"):
+    with pytest.raises(FileNotFoundError, match=r"config\.json is missing"):
         StaticModel.load(tmp_path)
     (tmp_path / "config.json").write_text('{"format": "other"}')
     with pytest.raises(ValueError, match="not a swe StaticModel"):

@@ -51,5 +51,5 @@ def test_language_policy():
     assert text.language("en").lowercase and not text.language("en").teacher_tokens
     assert not text.language("de").lowercase
     assert text.language("zh").teacher_tokens and text.language("ja").teacher_tokens
-    with pytest.raises(ValueError, match="unknown language 'xx'.*supported: .*en"):
+    with pytest.raises(ValueError, match=r"unknown language 'xx'.*supported: .*en"):
         text.language("xx")
