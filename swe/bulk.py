@@ -108,6 +108,18 @@ def _open(path: str):
     return fs.open(p, "rb", compression=comp)
 
 
+def iter_lines(f, chunk_size: int = 1 << 22):
+    """Lines of a binary stream without their ``\n``; works on any stream with ``read``
+    (some decompressors cannot ``readline``). A last line without a newline still counts."""
+    rest = b""
+    while chunk := f.read(chunk_size):
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
 def count_rows(path: str, fmt: str) -> int:
     """Rows a file holds: Parquet footer, or lines (JSONL: non-blank lines)."""
     if fmt == "parquet":
@@ -121,7 +133,7 @@ def count_rows(path: str, fmt: str) -> int:
                 n += chunk.count(b"\n")
                 last = chunk[-1:]
             return n + (last != b"\n")
-        return sum(1 for line in f if line.strip())
+        return sum(1 for line in iter_lines(f) if line.strip())
 
 
 def _text_chunks(path: str, fmt: str, text_col: str, id_col: str | None):
@@ -130,7 +142,7 @@ def _text_chunks(path: str, fmt: str, text_col: str, id_col: str | None):
     ids: list = []
     bad = 0
     with _open(path) as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in enumerate(iter_lines(f), 1):
             if fmt == "jsonl" and not raw.strip():
                 continue
             try:
@@ -139,7 +151,7 @@ def _text_chunks(path: str, fmt: str, text_col: str, id_col: str | None):
                 line = raw.decode("utf-8", errors="replace")
                 bad += 1
             if fmt == "text":
-                texts.append(line.rstrip("\r\n"))
+                texts.append(line.removesuffix("\r"))
             else:
                 try:
                     obj = json.loads(line)
@@ -171,10 +183,6 @@ def read_task(batch: dict, text_col: str, id_col: str | None, stats) -> object:
         cols = [text_col] + ([id_col] if id_col else [])
         with _open(path) as f:
             pf = pq.ParquetFile(f)
-            missing = [c for c in cols if c not in pf.schema_arrow.names]
-            if missing:
-                raise ValueError(f"{path}: no column {missing[0]!r}; columns are "
-                                 f"{pf.schema_arrow.names} (use --text-column/--id-column)")
             for k, rb in enumerate(pf.iter_batches(batch_size=CHUNK_ROWS, row_groups=[rg],
                                                    columns=cols)):
                 texts = rb.column(text_col)
@@ -248,17 +256,23 @@ def _stats_actor():
 # -- the job ----------------------------------------------------------------------------------
 
 
-def _plan(files: list[str], fmt: str) -> tuple[list[dict], int]:
+def _plan(files: list[str], fmt: str, text_col: str, id_col: str | None
+          ) -> tuple[list[dict], int]:
     """Read descriptors (one per text file or Parquet row group) and the total input rows."""
     import ray
 
-    @ray.remote(num_cpus=0.5)
+    @ray.remote(num_cpus=0.25)
     def describe(index: int, path: str, kind: str) -> tuple[list[dict], int]:
         if kind != "parquet":
             return [{"file_index": index, "path": path, "format": kind, "row_group": 0,
                      "row_offset": 0}], count_rows(path, kind)
         with _open(path) as f:
-            meta = pq.ParquetFile(f).metadata
+            pf = pq.ParquetFile(f)
+            meta, names = pf.metadata, pf.schema_arrow.names
+        for col in (text_col, id_col):
+            if col is not None and col not in names:
+                raise ValueError(f"{path}: no column {col!r}; columns are {names} "
+                                 "(use --text-column/--id-column)")
         out, offset = [], 0
         for rg in range(meta.num_row_groups):
             out.append({"file_index": index, "path": path, "format": kind, "row_group": rg,
@@ -267,8 +281,11 @@ def _plan(files: list[str], fmt: str) -> tuple[list[dict], int]:
         return out, meta.num_rows
 
     kinds = [input_format(p, fmt)[0] for p in files]
-    results = ray.get([describe.remote(i, p, k) for i, (p, k) in enumerate(zip(files, kinds,
-                                                                                strict=True))])
+    refs = [describe.remote(i, p, k) for i, (p, k) in enumerate(zip(files, kinds, strict=True))]
+    try:
+        results = ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        raise e.as_instanceof_cause() from None
     tasks = [t for r in results for t in r[0]]
     return tasks, sum(r[1] for r in results)
 
@@ -286,9 +303,12 @@ def _swap_into_place(staging: str, output: str) -> None:
         if old:
             fs.rm(old, recursive=True)
         return
+    fs.invalidate_cache()
     if fs.exists(out_path):
         fs.rm(out_path, recursive=True)
-    fs.mv(stage_path, out_path, recursive=True)
+    for src in fs.find(stage_path):  # object stores have no rename: copy, then delete
+        fs.copy(src, out_path + src[len(stage_path):])
+    fs.rm(stage_path, recursive=True)
 
 
 def encode_files(
@@ -325,7 +345,7 @@ def encode_files(
     probe = StaticModel.load(model)  # fail fast on a bad model path, and learn its dim
     init_ray()
     start = time.perf_counter()
-    tasks, total = _plan(files, fmt)
+    tasks, total = _plan(files, fmt, text_column, id_column)
     log.info("encoding %d rows from %d files with %s", total, len(files), model)
 
     stats = _stats_actor()
@@ -339,18 +359,23 @@ def encode_files(
                                                "id_col": id_column})
     staging = f"{output}.staging-{uuid.uuid4().hex[:8]}"
     pafs, stage_path = pyarrow_filesystem(staging)
-    ds.write_parquet(stage_path, filesystem=pafs, min_rows_per_file=256 * 1024)
-
     fs, stage_p = storage.filesystem(staging)
-    parts = sorted(p for p in fs.find(stage_p) if p.endswith(".parquet"))
-    written = 0
-    for p in parts:
-        with fs.open(p, "rb") as f:
-            written += pq.ParquetFile(f).metadata.num_rows
-    if written != total:
-        fs.rm(stage_p, recursive=True)
-        raise RuntimeError(f"wrote {written} rows for {total} input rows; output left unchanged")
-    _swap_into_place(staging, output)
+    try:
+        ds.write_parquet(stage_path, filesystem=pafs, min_rows_per_file=256 * 1024)
+        fs.invalidate_cache()  # the files were written by other processes
+        parts = sorted(p for p in fs.find(stage_p) if p.endswith(".parquet"))
+        written = 0
+        for p in parts:
+            with fs.open(p, "rb") as f:
+                written += pq.ParquetFile(f).metadata.num_rows
+        if written != total:
+            raise RuntimeError(f"wrote {written} rows for {total} input rows; the output at "
+                               f"{output} was left unchanged")
+        _swap_into_place(staging, output)
+    except BaseException:
+        if fs.exists(stage_p):
+            fs.rm(stage_p, recursive=True)
+        raise
     seconds = time.perf_counter() - start
     counts = ray.get(stats.totals.remote())
     summary = EncodeSummary(
