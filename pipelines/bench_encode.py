@@ -32,6 +32,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--vocab", type=int, default=150_000)
     p.add_argument("--model", help="a saved swe model to time instead of the synthetic one")
+    p.add_argument("--save-model", help="also save the synthetic swe model here (for bench_bulk)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args()
 
@@ -58,7 +59,10 @@ def main() -> None:
         rng = np.random.default_rng(0)
         swe_model = StaticModel.from_vectors(
             words, rng.standard_normal((len(words), 256), dtype=np.float32),
-            tokenizer=baselines.minilm_dir())
+            tokenizer=baselines.minilm_dir(),
+            provenance={"source": "bench_encode.py synthetic: GloVe vocabulary, random vectors"})
+        if args.save_model:
+            swe_model.save(args.save_model)
 
     from model2vec import StaticModel as M2V
 
