@@ -3,8 +3,8 @@
 Shape of the job:
 
 1. *Plan* (driver): expand the input globs into files; count each file's rows in parallel tasks
-   (Parquet from its footer, text/JSONL by one streaming pass) — the independent count the output
-   is checked against, and the total for progress.
+   (Parquet from its footer, text/JSONL by one streaming pass alongside the job) — the
+   independent count the output is checked against.
 2. *Read* (tasks): one task per text/JSONL file (a compressed stream cannot be split) or per
    Parquet row group, streaming fixed-size chunks with each row's file and row number.
 3. *Encode* (actor pool): each actor loads the model once; embeddings as a fixed-size-list column.
@@ -199,12 +199,16 @@ def read_task(batch: dict, text_col: str, id_col: str | None, stats) -> object:
 
 
 def _chunk(file_index, path, row, texts, ids, bad, stats, key) -> pa.Table:
+    import ray
+
     n = len(texts)
     null = sum(t is None for t in texts)
     empty = sum(1 for t in texts if t is not None and not t.strip())
-    # Keyed by chunk, so a retried read task does not count twice.
-    stats.put.remote(("read", file_index, *key), {"rows": n, "null_texts": null,
-                                                  "empty_texts": empty, "invalid_utf8_rows": bad})
+    # Keyed by chunk, so a retried read task does not count twice; waited for, so the totals
+    # are complete once the job is.
+    ray.get(stats.put.remote(("read", file_index, *key),
+                             {"rows": n, "null_texts": null, "empty_texts": empty,
+                              "invalid_utf8_rows": bad}))
     cols = {"file": pa.array([path] * n, pa.string()),
             "row": pa.array(np.arange(row, row + n, dtype=np.int64)),
             "text": pa.array(texts, pa.string())}
@@ -257,15 +261,14 @@ def _stats_actor():
 
 
 def _plan(files: list[str], fmt: str, text_col: str, id_col: str | None
-          ) -> tuple[list[dict], int]:
-    """Read descriptors (one per text file or Parquet row group) and the total input rows."""
+          ) -> tuple[list[dict], list]:
+    """Read descriptors (one per text file or Parquet row group) and refs to each file's row
+    count. Parquet footers are read now (they define the row groups); text files are counted by
+    tasks that run alongside the job, so the check costs no extra wall time on a busy cluster."""
     import ray
 
     @ray.remote(num_cpus=0.25)
-    def describe(index: int, path: str, kind: str) -> tuple[list[dict], int]:
-        if kind != "parquet":
-            return [{"file_index": index, "path": path, "format": kind, "row_group": 0,
-                     "row_offset": 0}], count_rows(path, kind)
+    def describe(index: int, path: str) -> tuple[list[dict], int]:
         with _open(path) as f:
             pf = pq.ParquetFile(f)
             meta, names = pf.metadata, pf.schema_arrow.names
@@ -275,19 +278,37 @@ def _plan(files: list[str], fmt: str, text_col: str, id_col: str | None
                                  "(use --text-column/--id-column)")
         out, offset = [], 0
         for rg in range(meta.num_row_groups):
-            out.append({"file_index": index, "path": path, "format": kind, "row_group": rg,
-                        "row_offset": offset})
+            out.append({"file_index": index, "path": path, "format": "parquet",
+                        "row_group": rg, "row_offset": offset})
             offset += meta.row_group(rg).num_rows
         return out, meta.num_rows
 
-    kinds = [input_format(p, fmt)[0] for p in files]
-    refs = [describe.remote(i, p, k) for i, (p, k) in enumerate(zip(files, kinds, strict=True))]
+    count = ray.remote(num_cpus=0.25)(count_rows)
+    tasks: list[dict] = []
+    counts: list = []
+    parquet: list = []
+    for i, path in enumerate(files):
+        kind = input_format(path, fmt)[0]
+        if kind == "parquet":
+            parquet.append(describe.remote(i, path))
+        else:
+            tasks.append({"file_index": i, "path": path, "format": kind, "row_group": 0,
+                          "row_offset": 0})
+            counts.append(count.remote(path, kind))
+    for rg_tasks, n in _get(parquet):
+        tasks.extend(rg_tasks)
+        counts.append(ray.put(n))
+    return tasks, counts
+
+
+def _get(refs):
+    """``ray.get`` that re-raises a task's own exception (e.g. ``ValueError``) as itself."""
+    import ray
+
     try:
-        results = ray.get(refs)
+        return ray.get(refs)
     except ray.exceptions.RayTaskError as e:
         raise e.as_instanceof_cause() from None
-    tasks = [t for r in results for t in r[0]]
-    return tasks, sum(r[1] for r in results)
 
 
 def _swap_into_place(staging: str, output: str) -> None:
@@ -345,8 +366,8 @@ def encode_files(
     probe = StaticModel.load(model)  # fail fast on a bad model path, and learn its dim
     init_ray()
     start = time.perf_counter()
-    tasks, total = _plan(files, fmt, text_column, id_column)
-    log.info("encoding %d rows from %d files with %s", total, len(files), model)
+    tasks, counts = _plan(files, fmt, text_column, id_column)
+    log.info("encoding %d files (%d read tasks) with %s", len(files), len(tasks), model)
 
     stats = _stats_actor()
     n_actors = actors or max(1, int(ray.available_resources().get("CPU", 1)))
@@ -368,6 +389,7 @@ def encode_files(
         for p in parts:
             with fs.open(p, "rb") as f:
                 written += pq.ParquetFile(f).metadata.num_rows
+        total = sum(_get(counts))
         if written != total:
             raise RuntimeError(f"wrote {written} rows for {total} input rows; the output at "
                                f"{output} was left unchanged")
@@ -378,6 +400,7 @@ def encode_files(
         raise
     seconds = time.perf_counter() - start
     counts = ray.get(stats.totals.remote())
+    ray.kill(stats)
     summary = EncodeSummary(
         output=output, model=model, files=len(files), rows=total,
         null_texts=counts.get("null_texts", 0), empty_texts=counts.get("empty_texts", 0),

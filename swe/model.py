@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,11 +65,15 @@ class _Memo(dict):
         super().__init__(model._base_codes)
         self._model = model
 
-    def __missing__(self, unit: str) -> int:
+    def reset_if_full(self) -> None:
+        """Forget learned surface forms once there are too many (between batches only, so no
+        batch holds codes that point into a cleared table)."""
         if len(self) > _MEMO_LIMIT:
             self.clear()
             self.update(self._model._base_codes)
             self._model._multi.clear()
+
+    def __missing__(self, unit: str) -> int:
         code = self._model._resolve(unit)
         self[unit] = code
         return code
@@ -121,6 +126,7 @@ class StaticModel:
         self._index = index
         self._base_codes = {w: (_SKIP if is_punctuation(w) else i) for w, i in index.items()}
         self._multi: list[np.ndarray] = []  # id lists of units that map to several entries
+        self._multi_lock = threading.Lock()
         self._memo = _Memo(self)
 
     # -- construction -------------------------------------------------------------------------
@@ -191,8 +197,9 @@ class StaticModel:
         ids = [i for i in map(self._lookup, units) if i >= 0]
         if len(ids) <= 1:
             return ids[0] if ids else _SKIP
-        self._multi.append(np.asarray(ids, dtype=np.int64))
-        return -1 - len(self._multi)
+        with self._multi_lock:
+            self._multi.append(np.asarray(ids, dtype=np.int64))
+            return -1 - len(self._multi)
 
     def tokenize(self, text: str) -> list[tuple[str, str | None]]:
         """The units of ``text`` and the vocabulary entry each one used (``None``: skipped).
@@ -232,6 +239,7 @@ class StaticModel:
         return out
 
     def _encode_batch(self, batch: list, offset: int) -> np.ndarray:
+        self._memo.reset_if_full()
         get = self._memo.__getitem__
         flat: list[int] = []
         counts = np.zeros(len(batch), dtype=np.int64)
