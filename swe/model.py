@@ -220,25 +220,27 @@ class StaticModel:
 
     # -- encoding -----------------------------------------------------------------------------
 
-    def encode(self, texts: str | Iterable[str | None], batch_size: int = 1024) -> np.ndarray:
+    def encode(self, texts: str | Iterable[str | None], batch_size: int = 1024,
+               normalize: bool = True) -> np.ndarray:
         """Embed texts: float32 ``[n, d]``, L2-normalised rows, zero rows for texts with no known
         word (empty, whitespace, punctuation or emoji only, ``None``).
 
         A single ``str`` gives a ``[d]`` vector. Non-string items raise ``TypeError`` naming the
-        index; ``batch_size`` bounds the texts pooled at once.
+        index; ``batch_size`` bounds the texts pooled at once. ``normalize=False`` returns the
+        plain mean of the word vectors (what sentence-level PCA is fitted on).
         """
         if isinstance(texts, str):
-            return self.encode([texts], batch_size)[0]
+            return self.encode([texts], batch_size, normalize)[0]
         texts = _as_list(texts)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             batch = texts[start : start + batch_size]
-            out[start : start + len(batch)] = self._encode_batch(batch, start)
+            out[start : start + len(batch)] = self._encode_batch(batch, start, normalize)
         return out
 
-    def _encode_batch(self, batch: list, offset: int) -> np.ndarray:
+    def _encode_batch(self, batch: list, offset: int, normalize: bool = True) -> np.ndarray:
         self._memo.reset_if_full()
         get = self._memo.__getitem__
         flat: list[int] = []
@@ -258,6 +260,9 @@ class StaticModel:
         valid = ids >= 0
         lengths = np.bincount(seg[valid], minlength=len(batch))
         sums = self._segment_sums(ids[valid], lengths)
+        if not normalize:
+            np.divide(sums, np.maximum(lengths, 1)[:, None], out=sums)
+            return sums
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         np.divide(sums, norms, out=sums, where=norms > 0)
         return sums

@@ -35,6 +35,7 @@ __all__ = [
     "language",
     "split_sentences",
     "strip_marker",
+    "units",
     "word_spans",
     "words",
 ]
@@ -168,3 +169,31 @@ def _is_punct_char(ch: str) -> bool:
 def is_punctuation(unit: str) -> bool:
     """True when every character is Unicode punctuation or a symbol (``.``, ``—``, ``$``, 😀)."""
     return all(_is_punct_char(c) for c in unit)
+
+
+def units(text: str, lang: Language, tokenizer: Tokenizer | None = None,
+          unk: str | None = None) -> list[tuple[str, int, int]]:
+    """Vocabulary units of ``text`` with character spans ``(key, start, end)``.
+
+    BlingFire words without punctuation; runs of CJK script split into teacher tokens (spans
+    from the tokenizer's offsets); keys lowercased when the language's case policy says so. The
+    vocabulary stage counts these keys and extraction aligns them to teacher tokens, so both see
+    exactly the same units.
+    """
+    out: list[tuple[str, int, int]] = []
+    for w, a, b in word_spans(text):
+        if is_punctuation(w):
+            continue
+        if has_cjk(w):
+            if tokenizer is None:
+                pieces = [(c, a + i, a + i + 1) for i, c in enumerate(w)]
+            else:
+                enc = tokenizer.encode(w, add_special_tokens=False)
+                pieces = [(strip_marker(t), a + s, a + e) for t, (s, e) in
+                          zip(enc.tokens, enc.offsets, strict=True) if t != unk]
+            out.extend(p for p in pieces if p[0] and not is_punctuation(p[0]))
+        else:
+            out.append((w, a, b))
+    if lang.lowercase:
+        out = [(k.lower(), a, b) for k, a, b in out]
+    return out

@@ -1,0 +1,51 @@
+"""Build a static word embedding model from a teacher and a corpus, on Ray.
+
+    python pipelines/build.py --config pipelines/configs/quickstart.toml --output out/quickstart
+    ray job submit --working-dir . -- python pipelines/build.py --config pipelines/configs/en.toml \
+        --output s3://bucket/models/en
+
+Stages: corpus → sentences → vocab → selection → extraction → pca (see swe/build.py). A rerun
+with the same output resumes: finished stages and shards are skipped. --until STAGE stops early.
+The config is validated before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from swe.build import STAGES
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--config", required=True, help="TOML config (pipelines/configs/*.toml)")
+    p.add_argument("--output", help="output dir or s3:// prefix (overrides the config's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set vocab.size=20000 (repeatable)")
+    p.add_argument("--until", choices=STAGES, help="stop after this stage")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    from swe.build import run_build
+    from swe.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config, args.set, output=args.output)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        report = run_build(cfg, until=args.until)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: {x: y for x, y in v.items() if x != "shards"}
+                      for k, v in report.items()}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

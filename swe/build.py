@@ -1,0 +1,450 @@
+"""The build: corpus → sentences → vocab → selection → extraction → PCA → model.
+
+Each stage writes under ``<output>/work/<stage>/`` with a completion marker holding the hash of
+the config that produced it (and of every upstream stage), so a rerun skips finished stages and,
+inside long stages, finished shards. ``until`` stops after a stage. Step 1 (raw extracted vectors)
+and step 2 (after PCA) are saved as StaticModels under ``<output>/step1`` and ``<output>/step2``;
+``<output>/model`` is the final model.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swe import storage
+from swe.artifacts import Stage
+from swe.config import BuildConfig, stage_hash
+from swe.model import StaticModel
+
+__all__ = ["STAGES", "run_build"]
+
+log = logging.getLogger("swe.build")
+STAGES = ["corpus", "sentences", "vocab", "selection", "extraction", "pca"]
+
+
+def _get(refs):
+    import ray
+
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        raise e.as_instanceof_cause() from None
+
+
+def _sharded(stage: Stage, jobs: list[tuple[str, object]]) -> list[dict]:
+    """Run ``(key, remote_call)`` jobs, skipping keys whose shard marker exists; mark each."""
+    results: dict[str, dict] = {}
+    pending = {}
+    for key, launch in jobs:
+        done = stage.shard_done(key)
+        if done is not None:
+            results[key] = done
+        else:
+            pending[key] = launch()
+    if len(results):
+        log.info("[%s] %d of %d shards already done", stage.name, len(results), len(jobs))
+    for key, ref in pending.items():
+        res = _get(ref)
+        stage.mark_shard(key, res)
+        results[key] = res
+    return [results[k] for k, _ in jobs]
+
+
+def _save_npz(url: str, **arrays: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    storage.write_bytes(url, buf.getvalue())
+
+
+def _load_npz(url: str) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(storage.read_bytes(url)), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
+    """Run (or resume) the build; returns every stage's stats."""
+    import ray
+
+    from swe.bulk import expand_inputs
+    from swe.raysetup import init_ray
+    from swe.stages import corpus as corpus_mod
+    from swe.stages import extraction as ex_mod
+    from swe.stages import pca as pca_mod
+    from swe.stages import selection as sel_mod
+    from swe.stages import vocab as vocab_mod
+
+    if until is not None and until not in STAGES:
+        raise ValueError(f"--until {until!r}: choose one of {', '.join(STAGES)}")
+    init_ray()
+    out = cfg.output.rstrip("/")
+    teacher = cfg.teacher_dir()
+    report: dict[str, dict] = {}
+    m2v = cfg.extraction.mode == "model2vec"
+
+    # -- corpus ---------------------------------------------------------------------------
+    h = stage_hash("corpus", cfg.languages, cfg.corpus)
+    st = Stage(out, "corpus", h)
+    if not st.done():
+        with st.run():
+            shard = ray.remote(num_cpus=0.5)(corpus_mod.shard_file)
+            jobs = []
+            for lang in cfg.languages:
+                c = cfg.corpus[lang]
+                for i, path in enumerate(expand_inputs(c.paths)):
+                    prefix = st.path(lang, f"f{i:04d}")
+                    jobs.append((f"{lang}-f{i:04d}", lambda p=path, c=c, x=prefix: shard.remote(
+                        p, c.format, c.text_column, x, c.max_lines, c.shard_lines)))
+            results = _sharded(st, jobs)
+            shards: dict[str, list] = {lang: [] for lang in cfg.languages}
+            for (key, _), r in zip(jobs, results, strict=True):
+                shards[key.split("-f")[0]].extend(r["shards"])
+            for lang in cfg.languages:  # a language-wide cap, at shard granularity
+                cap = cfg.corpus[lang].max_lines
+                if cap:
+                    kept, n = [], 0
+                    for s in shards[lang]:
+                        if n >= cap:
+                            break
+                        kept.append(s)
+                        n += s["lines"]
+                    shards[lang] = kept
+            st.stats.update(shards=shards,
+                            lines=sum(s["lines"] for v in shards.values() for s in v),
+                            invalid_utf8_lines=sum(r["invalid_utf8_lines"] for r in results))
+            if not st.stats["lines"]:
+                raise ValueError("the corpus has no non-blank lines: check [corpus] paths")
+    report["corpus"] = st.done_stats()
+    if until == "corpus":
+        return report
+
+    # -- sentences --------------------------------------------------------------------------
+    h = stage_hash("sentences", h, cfg.sentences, teacher, cfg.corpus)
+    st = Stage(out, "sentences", h)
+    if not st.done():
+        with st.run():
+            task = ray.remote(num_cpus=0.5)(corpus_mod.sentence_shard)
+            jobs, langs = [], []
+            sid_base = 0
+            for lang in cfg.languages:
+                split = cfg.corpus[lang].split_sentences
+                for s in report["corpus"]["shards"][lang]:
+                    name = s["path"].rsplit("/", 1)[-1]
+                    dst = st.path(lang, name)
+                    jobs.append((f"{sid_base:06d}", lambda a=s["path"], b=dst, k=sid_base, sp=split:
+                                 task.remote(a, b, k, teacher, sp, cfg.sentences.min_tokens,
+                                             cfg.sentences.max_tokens)))
+                    langs.append(lang)
+                    sid_base += 1
+            t = time.perf_counter()
+            results = _sharded(st, jobs)
+            shards = {lang: [] for lang in cfg.languages}
+            for lang, (key, _), r in zip(langs, jobs, results, strict=True):
+                shards[lang].append({"path": r["path"], "sentences": r["sentences"],
+                                     "shard_id": int(key)})
+            total = sum(r["sentences"] for r in results)
+            st.stats.update(shards=shards, sentences=total,
+                            dropped_by_length=sum(r["dropped_by_length"] for r in results),
+                            sentences_per_s=round(total / max(time.perf_counter() - t, 1e-9)))
+            for lang in cfg.languages:
+                if not sum(s["sentences"] for s in shards[lang]):
+                    raise ValueError(
+                        f"no {lang} sentence has {cfg.sentences.min_tokens}–"
+                        f"{cfg.sentences.max_tokens} teacher tokens: widen [sentences]")
+    report["sentences"] = st.done_stats()
+    sent_shards = report["sentences"]["shards"]
+    if until == "sentences":
+        return report
+
+    # -- vocab ------------------------------------------------------------------------------
+    h = stage_hash("vocab", h, cfg.vocab)
+    st = Stage(out, "vocab", h)
+    if not st.done():
+        with st.run():
+            P = cfg.vocab.partitions
+            count = ray.remote(num_cpus=0.5, num_returns=P)(vocab_mod.count_shard)
+            merge = ray.remote(num_cpus=0.5)(vocab_mod.merge_partition)
+            for lang in cfg.languages:
+                parts = [count.remote(s["path"], lang, teacher, P) for s in sent_shards[lang]]
+                parts = [p if isinstance(p, list) else [p] for p in parts]
+                tops = _get([merge.remote(*[p[i] for p in parts], size=cfg.vocab.size,
+                                          min_count=cfg.vocab.min_count) for i in range(P)])
+                top = vocab_mod.top_words([wc for t in tops for wc in t], cfg.vocab.size,
+                                          cfg.vocab.min_count)
+                if not top:
+                    raise ValueError(f"{lang}: no word occurs {cfg.vocab.min_count}+ times; "
+                                     "lower vocab.min_count or add corpus")
+                words, counts = zip(*top, strict=True)
+                buf = io.BytesIO()
+                pq.write_table(pa.table({"word": list(words), "count": list(counts)}), buf)
+                storage.write_bytes(st.path(f"{lang}.parquet"), buf.getvalue())
+                st.stats[lang] = {"size": len(words), "min_count_kept": int(counts[-1])}
+                if len(words) < cfg.vocab.size:
+                    log.warning("[vocab] %s: only %d words reach min_count %d (asked for %d)",
+                                lang, len(words), cfg.vocab.min_count, cfg.vocab.size)
+    report["vocab"] = st.done_stats()
+    vocab: dict[str, list[str]] = {}
+    vocab_counts: dict[str, np.ndarray] = {}
+    for lang in cfg.languages:
+        t = corpus_mod.read_parquet(st.path(f"{lang}.parquet"))
+        vocab[lang] = t.column("word").to_pylist()
+        vocab_counts[lang] = t.column("count").to_numpy()
+    if until == "vocab":
+        return report
+
+    # -- selection (sentence mode only) -----------------------------------------------------
+    sel = Stage(out, "selection", stage_hash("selection", h, cfg.selection))
+    if not m2v:
+        h = sel.config_hash
+        if not sel.done():
+            with sel.run():
+                _select(sel, cfg, teacher, vocab, sent_shards, sel_mod)
+        report["selection"] = sel.done_stats()
+    if until == "selection":
+        return report
+
+    # -- extraction -------------------------------------------------------------------------
+    h = stage_hash("extraction", h, cfg.extraction)
+    st = Stage(out, "extraction", h)
+    offsets = np.cumsum([0] + [len(vocab[lang]) for lang in cfg.languages])
+    if not st.done():
+        with st.run():
+            _extract(st, cfg, teacher, vocab, offsets, sel, ex_mod)
+            words, vectors = _assemble(st, cfg, vocab, offsets)
+            StaticModel.from_vectors(words, vectors, tokenizer=teacher, language=cfg.languages,
+                                     provenance=_provenance(cfg, "step1")).save(
+                                         storage.join(out, "step1"))
+    report["extraction"] = st.done_stats()
+    if until == "extraction":
+        return report
+
+    # -- PCA --------------------------------------------------------------------------------
+    h = stage_hash("pca", h, cfg.pca, cfg.seed)
+    st = Stage(out, "pca", h)
+    if not st.done():
+        with st.run():
+            step1 = StaticModel.load(storage.join(out, "step1"))
+            vectors = step1.vectors
+            if cfg.pca.level != "none":
+                if cfg.pca.level == "word":
+                    stats = pca_mod.PCAStats.of(vectors)
+                else:
+                    stats = _sentence_stats(cfg, sel, out, offsets, pca_mod)
+                pca = pca_mod.fit(stats, cfg.pca.dim, cfg.pca.abtt)
+                vectors = pca.transform(vectors)
+                st.stats.update(fitted_on=int(stats.n), dropped_top=pca.skipped,
+                                dim=cfg.pca.dim, level=cfg.pca.level,
+                                top_variances=[round(float(v), 4) for v in pca.explained[:5]])
+            if m2v:  # SIF weights from the corpus counts
+                counts = _word_counts(step1.words, vocab, vocab_counts)
+                p = counts / counts.sum()
+                vectors = vectors * (cfg.pca.sif_a / (cfg.pca.sif_a + p))[:, None]
+                st.stats["sif_a"] = cfg.pca.sif_a
+            model = StaticModel.from_vectors(step1.words, vectors, tokenizer=teacher,
+                                             language=cfg.languages,
+                                             provenance=_provenance(cfg, "step2"))
+            model.save(storage.join(out, "step2"))
+            model.save(storage.join(out, "model"))
+    report["pca"] = st.done_stats()
+    return report
+
+
+def _provenance(cfg: BuildConfig, step: str) -> dict:
+    return {"step": step, "teacher": cfg.teacher, "build": cfg.name,
+            "extraction": cfg.extraction.mode, "vocab_size": cfg.vocab.size,
+            "n": cfg.selection.n, "candidates": cfg.selection.candidates,
+            "pca": {"level": cfg.pca.level, "dim": cfg.pca.dim, "abtt": cfg.pca.abtt}}
+
+
+def _word_counts(words, vocab, vocab_counts) -> np.ndarray:
+    lookup: dict[str, float] = {}
+    for lang, ws in vocab.items():
+        for w, c in zip(ws, vocab_counts[lang], strict=True):
+            lookup[w] = lookup.get(w, 0) + float(c)
+    return np.array([lookup.get(w, 1.0) for w in words])
+
+
+def _select(st: Stage, cfg: BuildConfig, teacher, vocab, sent_shards, sel_mod) -> None:
+    import ray
+
+    df = ray.remote(num_cpus=0.5)(sel_mod.shard_df)
+    heaps = ray.remote(num_cpus=0.5)(sel_mod.shard_heaps)
+    emit = ray.remote(num_cpus=0.5)(sel_mod.emit_selected)
+    n, c = cfg.selection.n, cfg.selection.candidates
+    total_unique = 0
+    below = 0
+    missing = 0
+    pairs_all = []
+    for lang in cfg.languages:
+        shards = sent_shards[lang]
+        words = vocab[lang]
+        words_ref = ray.put(words)
+        dfs = _get([df.remote(s["path"], lang, teacher, words_ref) for s in shards])
+        quotas = sel_mod.quotas(dfs, c)
+        parts = _get([heaps.remote(s["path"], lang, teacher, words_ref, q, n)
+                      for s, q in zip(shards, quotas, strict=True)])
+        wid, _, sid = sel_mod.merge_heaps(parts, n)
+        per_word = np.bincount(wid, minlength=len(words))
+        below += int((per_word < n).sum())
+        missing += int((per_word == 0).sum())
+        shard_of = sid >> 32
+        emits = []
+        for s in shards:
+            m = shard_of == s["shard_id"]
+            if m.any():
+                name = s["path"].rsplit("/", 1)[-1]
+                emits.append(emit.remote(s["path"], st.path("parts", f"{lang}-{name}"), lang,
+                                         sid[m], wid[m]))
+        total_unique += sum(_get(emits))
+        pairs_all.append((lang, wid, sid))
+    for lang, wid, sid in pairs_all:
+        _save_npz(st.path(f"pairs-{lang}.npz"), word_id=wid, sid=sid)
+    naive = sum(len(vocab[lang]) for lang in cfg.languages) * n
+    st.stats.update(unique_sentences=total_unique, naive_encodes=naive,
+                    encode_ratio=round(total_unique / max(naive, 1), 3),
+                    words_below_n=below, words_without_sentence=missing)
+
+
+def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, ex_mod) -> None:
+    import ray
+
+    from swe.raysetup import pyarrow_filesystem
+
+    ex = cfg.extraction
+    lang_index = {lang: i for i, lang in enumerate(cfg.languages)}
+    if ex.mode == "model2vec":
+        from swe.stages.corpus import load_tokenizer
+
+        tok = load_tokenizer(teacher)
+        rows = []
+        for lang in cfg.languages:
+            for i, w in enumerate(vocab[lang]):
+                rows.append({"text": w, "lang": lang, "word_ids": [int(offsets[lang_index[lang]])
+                                                                   + i],
+                             "ntok": len(tok.encode(w, add_special_tokens=False).ids)})
+        sources = [("m2v", ray.data.from_items(rows))]
+    else:
+        fs, parts_dir = storage.filesystem(sel.path("parts"))
+        files = sorted(fs.find(parts_dir))
+        sources = []
+        for f in files:
+            url = f if storage.is_local(sel.dir) else sel.dir.split("://")[0] + "://" + f
+            sources.append((url.rsplit("/", 1)[-1].removesuffix(".parquet"), url))
+    n_actors = ex_mod.actor_count(ex.actors, ex.gpus_per_actor)
+    threads = max(1, round(ex.cpus_per_actor * 2)) if not ex.gpus_per_actor else None
+    total_sent, t0 = 0, time.perf_counter()
+    for key, src in sources:
+        if st.shard_done(key):
+            continue
+        if isinstance(src, str):
+            pafs, path = pyarrow_filesystem(src)
+            ds = ray.data.read_parquet(path, filesystem=pafs)
+        else:
+            ds = src
+        ds = ds.map_batches(
+            ex_mod.Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,
+            num_gpus=ex.gpus_per_actor or None,
+            fn_constructor_kwargs={"teacher_dir": teacher, "vocab": vocab,
+                                   "token_budget": ex.token_budget, "mode": ex.mode,
+                                   "threads": threads,
+                                   "trust_remote_code": cfg.trust_remote_code})
+        ids, sums, counts = [], [], []
+        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            ids.append(b.column("word_id").to_numpy())
+            counts.append(b.column("count").to_numpy())
+            flat = b.column("sum").combine_chunks()
+            sums.append(flat.values.to_numpy().reshape(len(b), -1))
+        lang = key.split("-", 1)[0] if ex.mode != "model2vec" else None
+        wid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        mat = np.concatenate(sums) if sums else np.zeros((0, 1))
+        cnt = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+        # Selection parts hold one language's ids; model2vec rows carry global ids already.
+        glob = wid if lang is None else wid + offsets[lang_index[lang]]
+        uniq, inv = np.unique(glob, return_inverse=True)
+        agg = np.zeros((len(uniq), mat.shape[1]))
+        np.add.at(agg, inv, mat)
+        _save_npz(st.path("partials", f"{key}.npz"), word_id=uniq, sum=agg,
+                  count=np.bincount(inv, weights=cnt).astype(np.int64))
+        n_sent = int(cnt.sum())
+        total_sent += n_sent
+        st.mark_shard(key, {"vectors": n_sent})
+    secs = time.perf_counter() - t0
+    st.stats.update(actors=n_actors, word_vectors_extracted=total_sent,
+                    vectors_per_s=round(total_sent / max(secs, 1e-9), 1))
+
+
+def _assemble(st: Stage, cfg: BuildConfig, vocab, offsets):
+    """Sum the partials → mean vectors; identical strings across languages are averaged."""
+    fs, pdir = storage.filesystem(st.path("partials"))
+    total = int(offsets[-1])
+    sums, counts = None, np.zeros(total, np.int64)
+    for f in sorted(fs.find(pdir)):
+        url = f if storage.is_local(st.dir) else st.dir.split("://")[0] + "://" + f
+        z = _load_npz(url)
+        if sums is None:
+            sums = np.zeros((total, z["sum"].shape[1]))
+        sums[z["word_id"]] += z["sum"]
+        counts[z["word_id"]] += z["count"]
+    if sums is None:
+        raise ValueError("extraction produced no vectors: is the selection empty?")
+    all_words = [w for lang in cfg.languages for w in vocab[lang]]
+    merged: dict[str, list[int]] = {}
+    for i, w in enumerate(all_words):
+        if counts[i]:
+            merged.setdefault(w, []).append(i)
+    words = list(merged)
+    vectors = np.stack([np.mean([sums[i] / counts[i] for i in merged[w]], axis=0)
+                        for w in words]).astype(np.float32)
+    st.stats.update(words=len(words), words_without_vectors=int((counts == 0).sum()))
+    return words, vectors
+
+
+def _sentence_stats(cfg: BuildConfig, sel: Stage, out: str, offsets, pca_mod):
+    """Sentence-level PCA statistics: one random sentence per word with >= 3 sentences, at most
+    ``pca.sample`` of them, each embedded as the mean of its words' step-1 vectors."""
+    import ray
+
+    rng = np.random.default_rng(cfg.seed)
+    chosen = []
+    for lang in cfg.languages:
+        z = _load_npz(sel.path(f"pairs-{lang}.npz"))
+        wid, sid = z["word_id"], z["sid"]
+        per_word = np.bincount(wid)
+        start = np.searchsorted(wid, np.arange(len(per_word)))
+        for w in np.flatnonzero(per_word >= 3):
+            chosen.append(sid[start[w] + rng.integers(per_word[w])])
+    chosen = np.unique(np.asarray(chosen, dtype=np.int64))
+    if len(chosen) > cfg.pca.sample:
+        chosen = np.sort(rng.choice(chosen, cfg.pca.sample, replace=False))
+    if len(chosen) < 2:
+        raise ValueError("too few words with >= 3 sentences for sentence-level PCA; use "
+                         "pca.level = 'word' or a larger corpus")
+    task = ray.remote(num_cpus=0.5)(_pca_part)
+    fs, pdir = storage.filesystem(sel.path("parts"))
+    refs = []
+    for f in sorted(fs.find(pdir)):
+        url = f if storage.is_local(sel.dir) else sel.dir.split("://")[0] + "://" + f
+        refs.append(task.remote(url, storage.join(out, "step1"), chosen))
+    parts = _get(refs)
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+def _pca_part(part_url: str, model_path: str, chosen: np.ndarray):
+    from swe.stages.corpus import read_parquet
+    from swe.stages.pca import PCAStats, sentence_stats
+
+    t = read_parquet(part_url, ["sid", "text"])
+    keep = np.isin(t.column("sid").to_numpy(), chosen)
+    texts = [x for x, k in zip(t.column("text").to_pylist(), keep, strict=True) if k]
+    if not texts:
+        return PCAStats(0, 0.0, 0.0)
+    return sentence_stats(model_path, texts)

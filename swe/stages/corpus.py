@@ -1,0 +1,118 @@
+"""Stages 1–2: corpus files → Parquet shards of lines → Parquet shards of sentences.
+
+A compressed file cannot be read in parallel, so one task streams each input file once into
+shards of ``shard_lines`` lines; every later pass reads those shards in parallel. CC-100's layout
+(one paragraph per line, blank lines between documents, one huge ``.xz`` per language) is exactly
+this: blank lines are dropped, paragraphs are split into sentences in the next stage. Lines that
+are not valid UTF-8 are counted and skipped.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swe import storage
+from swe.bulk import _open, input_format, iter_lines
+from swe.text import split_sentences
+
+__all__ = ["load_tokenizer", "sentence_shard", "shard_file"]
+
+
+def _write_parquet(url: str, table: pa.Table) -> None:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=4096)
+    storage.write_bytes(url, buf.getvalue())
+
+
+def read_parquet(url: str, columns: list[str] | None = None) -> pa.Table:
+    fs, path = storage.filesystem(url)
+    with fs.open(path, "rb") as f:
+        return pq.read_table(f, columns=columns)
+
+
+def _lines(path: str, fmt: str, text_column: str, stats: dict):
+    """Non-blank lines (or Parquet/JSONL texts) of one input file, in order."""
+    if fmt == "parquet":
+        with _open(path) as f:
+            for rb in pq.ParquetFile(f).iter_batches(columns=[text_column], batch_size=8192):
+                for t in rb.column(0).to_pylist():
+                    if t and t.strip():
+                        yield t.strip()
+        return
+    with _open(path) as f:
+        for raw in iter_lines(f):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                stats["invalid_utf8_lines"] += 1
+                continue
+            if fmt == "jsonl":
+                if not line.strip():
+                    continue
+                line = json.loads(line).get(text_column) or ""
+            line = line.strip()
+            if line:
+                yield line
+
+
+def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines: int,
+               shard_lines: int) -> dict:
+    """Stream one input file into ``<out_prefix>-NNNNN.parquet`` shards; returns their list."""
+    fmt = input_format(path, fmt)[0]
+    stats = {"invalid_utf8_lines": 0, "lines": 0, "shards": []}
+    buf: list[str] = []
+
+    def flush() -> None:
+        url = f"{out_prefix}-{len(stats['shards']):05d}.parquet"
+        _write_parquet(url, pa.table({"text": pa.array(buf, pa.string())}))
+        stats["shards"].append({"path": url, "lines": len(buf)})
+        buf.clear()
+
+    for line in _lines(path, fmt, text_column, stats):
+        buf.append(line)
+        stats["lines"] += 1
+        if len(buf) == shard_lines:
+            flush()
+        if max_lines and stats["lines"] >= max_lines:
+            break
+    if buf:
+        flush()
+    return stats
+
+
+def load_tokenizer(teacher_dir: str):
+    """The teacher's fast tokenizer (``tokenizers``), padding and truncation off."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(storage.join(teacher_dir, "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+def sentence_shard(src: str, dst: str, shard_id: int, teacher_dir: str, split: bool,
+                   min_tokens: int, max_tokens: int) -> dict:
+    """Split a line shard into sentences, count teacher tokens, keep the length window.
+
+    Output columns: ``sid`` (``shard_id << 32 | row``: unique and in corpus order), ``text``,
+    ``ntok`` (teacher tokens without special tokens).
+    """
+    lines = read_parquet(src).column("text").to_pylist()
+    sents: list[str] = []
+    for line in lines:
+        sents.extend(split_sentences(line) if split else [line])
+    tok = load_tokenizer(teacher_dir)
+    ntok = np.fromiter((len(e.ids) for e in tok.encode_batch(sents, add_special_tokens=False)),
+                       dtype=np.int32, count=len(sents))
+    keep = (ntok >= min_tokens) & (ntok <= max_tokens)
+    idx = np.flatnonzero(keep)
+    sid = (np.int64(shard_id) << 32) + np.arange(len(idx), dtype=np.int64)
+    _write_parquet(dst, pa.table({"sid": sid, "text": pa.array([sents[i] for i in idx]),
+                                  "ntok": ntok[idx]}))
+    return {"path": dst, "sentences": len(idx), "dropped_by_length": int((~keep).sum()),
+            "lines": len(lines)}

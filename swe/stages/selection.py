@@ -1,0 +1,107 @@
+"""Stage 4: for each word, the N shortest sentences among its first ≤C candidates.
+
+"First" means corpus order (sentence ids are ordered). Exact and mergeable in three passes over
+the sentence shards, all in parallel:
+
+A. per shard: how many sentences contain each vocabulary word (document frequency);
+B. the driver turns those into per-shard quotas (how many of the word's first C candidates fall
+   in each shard: a prefix sum over shards); per shard, the bounded "N shortest" of the word's
+   first ``quota`` candidates there, by ``(ntok, sid)``;
+C. the per-shard heaps merge into the global N shortest per word (the N smallest of a union are
+   the N smallest of the per-part N smallest); each shard then emits its selected sentences once,
+   with every vocabulary word they serve.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from swe.stages.corpus import _write_parquet, read_parquet
+from swe.stages.vocab import unit_keys
+
+__all__ = ["candidate_pairs", "emit_selected", "merge_heaps", "quotas", "shard_df",
+           "shard_heaps"]
+
+
+def candidate_pairs(texts: list[str], lang: str, teacher_dir: str | None,
+                    index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(row, word_id)`` for every distinct vocabulary word of every sentence, in row order."""
+    rows: list[int] = []
+    wids: list[int] = []
+    for r, keys in enumerate(unit_keys(texts, lang, teacher_dir)):
+        ids = {index[k] for k in keys if k in index}
+        rows.extend([r] * len(ids))
+        wids.extend(sorted(ids))
+    return np.asarray(rows, dtype=np.int64), np.asarray(wids, dtype=np.int64)
+
+
+def shard_df(path: str, lang: str, teacher_dir: str, words: list[str]) -> np.ndarray:
+    """Pass A: number of sentences of the shard containing each word."""
+    index = {w: i for i, w in enumerate(words)}
+    texts = read_parquet(path, ["text"]).column("text").to_pylist()
+    _, wids = candidate_pairs(texts, lang, teacher_dir, index)
+    return np.bincount(wids, minlength=len(words)).astype(np.int64)
+
+
+def quotas(dfs: list[np.ndarray], candidates: int) -> list[np.ndarray]:
+    """Per shard (in corpus order), how many of each word's first ``candidates`` it holds."""
+    cum = np.cumsum(np.stack(dfs), axis=0)
+    before = cum - np.stack(dfs)
+    q = np.clip(candidates - before, 0, np.stack(dfs))
+    return list(q)
+
+
+def smallest_per_word(wid: np.ndarray, ntok: np.ndarray, sid: np.ndarray, n: int):
+    """Keep the ``n`` smallest ``(ntok, sid)`` per word; returns the kept arrays sorted."""
+    order = np.lexsort((sid, ntok, wid))
+    wid, ntok, sid = wid[order], ntok[order], sid[order]
+    first = np.searchsorted(wid, wid, side="left")
+    keep = (np.arange(len(wid)) - first) < n
+    return wid[keep], ntok[keep], sid[keep]
+
+
+def shard_heaps(path: str, lang: str, teacher_dir: str, words: list[str], quota: np.ndarray,
+                n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pass B: per word, the ``n`` shortest of its first ``quota[w]`` candidates in the shard."""
+    index = {w: i for i, w in enumerate(words)}
+    table = read_parquet(path, ["sid", "text", "ntok"])
+    rows, wids = candidate_pairs(table.column("text").to_pylist(), lang, teacher_dir, index)
+    # Occurrence rank of each (row, word) among the word's candidates, in row order.
+    order = np.lexsort((rows, wids))
+    sw = wids[order]
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order)) - np.searchsorted(sw, sw, side="left")
+    take = rank < quota[wids]
+    rows, wids = rows[take], wids[take]
+    sid = table.column("sid").to_numpy()[rows]
+    ntok = table.column("ntok").to_numpy().astype(np.int64)[rows]
+    return smallest_per_word(wids, ntok, sid, n)
+
+
+def merge_heaps(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int):
+    """Merge per-shard heaps into the global ``n`` shortest per word."""
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    wid, ntok, sid = (np.concatenate(x) for x in zip(*parts, strict=True))
+    return smallest_per_word(wid, ntok, sid, n)
+
+
+def emit_selected(path: str, dst: str, lang: str, sids: np.ndarray, wids: np.ndarray) -> int:
+    """Pass C: write the shard's selected sentences with the word ids each one serves."""
+    table = read_parquet(path, ["sid", "text", "ntok"])
+    order = np.argsort(sids, kind="stable")
+    sids, wids = sids[order], wids[order]
+    uniq, start = np.unique(sids, return_index=True)
+    groups = np.split(wids.astype(np.int32), start[1:]) if len(uniq) else []
+    pos = np.searchsorted(table.column("sid").to_numpy(), uniq)
+    out = pa.table({
+        "sid": pa.array(uniq, pa.int64()),
+        "text": table.column("text").take(pa.array(pos)),
+        "ntok": table.column("ntok").take(pa.array(pos)),
+        "lang": pa.array([lang] * len(uniq), pa.string()),
+        "word_ids": pa.array([g.tolist() for g in groups], pa.list_(pa.int32())),
+    })
+    _write_parquet(dst, out)
+    return len(uniq)
