@@ -1,0 +1,113 @@
+"""End-to-end builds on real Ray with the real MiniLM teacher."""
+
+import json
+import lzma
+
+import numpy as np
+import pytest
+
+from swe import StaticModel, storage
+from swe.build import run_build
+from swe.config import load_config
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=4",
+         "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2400",
+         "corpus.en.shard_lines=800", "extraction.batch_size=128"]
+
+
+@pytest.fixture(scope="module")
+def corpus_lines(data_dir):
+    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.03.txt.xz", "rt") as f:
+        return [next(f) for _ in range(2400)]
+
+
+def _cfg(output, corpus, extra=()):
+    return load_config("pipelines/configs/quickstart.toml",
+                       [*SMALL, f"corpus.en.paths=['{corpus}']", *extra], output=output)
+
+
+def test_quickstart_build_on_s3(s3, corpus_lines, minilm):
+    # CC-100 layout: paragraphs, blank lines between documents, xz, plus a non-UTF-8 line.
+    body = "".join(line if i % 50 else line + "\n" for i, line in enumerate(corpus_lines))
+    data = lzma.compress(b"\xff\xfe broken line\n" + body.encode())
+    storage.write_bytes(f"{s3}/corpus/en.txt.xz", data)
+    cfg = _cfg(f"{s3}/builds/quick", f"{s3}/corpus/en.txt.xz",
+               ["corpus.en.split_sentences=true"])
+    report = run_build(cfg)
+    assert report["corpus"]["invalid_utf8_lines"] == 1
+    assert report["vocab"]["en"]["size"] == 150
+    sel = report["selection"]
+    assert sel["naive_encodes"] == 600 and 0 < sel["unique_sentences"] < 600
+
+    step1 = StaticModel.load(f"{s3}/builds/quick/step1")
+    final = StaticModel.load(f"{s3}/builds/quick/model")
+    assert step1.dim == 384 and final.dim == 64 and len(final) == len(step1) == 150
+    v = final.encode(["The city is in the north of the country."])
+    assert np.isclose(np.linalg.norm(v), 1.0)
+
+    # One word's step-1 vector equals the teacher's token states averaged by hand.
+    from swe.stages.corpus import read_parquet
+    from swe.teacher import Teacher
+
+    word = step1.words[10]
+    teacher = Teacher(str(minilm))
+    fs, parts = storage.filesystem(f"{s3}/builds/quick/work/selection/parts")
+    vocab = read_parquet(f"{s3}/builds/quick/work/vocab/en.parquet").column("word").to_pylist()
+    wid = vocab.index(word)
+    vecs = []
+    for p in fs.find(parts):
+        t = read_parquet("s3://" + p).to_pylist()
+        for row in t:
+            if wid in row["word_ids"]:
+                hidden, offsets, mask = teacher.hidden_states([row["text"]])
+                from swe.stages.extraction import align
+                from swe.text import language, units
+
+                idx = align(units(row["text"], language("en")), [word], offsets[0], mask[0])
+                vecs.append(hidden[0, idx[word]].mean(0))
+    assert len(vecs) == 4
+    np.testing.assert_allclose(step1.vectors[step1.words.index(word)], np.mean(vecs, 0),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_resume_after_interruption_gives_the_same_model(tmp_path, corpus_lines):
+    src = tmp_path / "corpus.txt"
+    src.write_text("".join(corpus_lines))
+    out = tmp_path / "build"
+    cfg = _cfg(str(out), str(src))
+    run_build(cfg, until="selection")
+    assert not (out / "work" / "extraction").exists()
+    first = run_build(cfg)
+    model_a = StaticModel.load(out / "model")
+    done = {s: (out / "work" / s / "_DONE.json").read_text() for s in ("corpus", "vocab")}
+
+    # Simulate a kill in the middle of extraction: its marker and one part's results are gone.
+    (out / "work" / "extraction" / "_DONE.json").unlink()
+    shards = sorted((out / "work" / "extraction" / "_shards").iterdir())
+    shards[0].unlink()
+    (out / "work" / "extraction" / "partials" / (shards[0].stem + ".npz")).unlink()
+    (out / "work" / "pca" / "_DONE.json").unlink()
+    second = run_build(cfg)
+    model_b = StaticModel.load(out / "model")
+    assert {s: (out / "work" / s / "_DONE.json").read_text() for s in done} == done
+    assert model_a.words == model_b.words
+    np.testing.assert_allclose(model_a.vectors, model_b.vectors, rtol=1e-4, atol=1e-5)
+    assert first["selection"] == second["selection"]
+
+    # A changed PCA setting reruns only the PCA stage.
+    third = run_build(_cfg(str(out), str(src), ["pca.abtt=false"]))
+    assert third["pca"]["dropped_top"] == 0
+    assert json.loads((out / "work" / "extraction" / "_DONE.json").read_text())
+
+
+def test_model2vec_mode(tmp_path, corpus_lines):
+    src = tmp_path / "corpus.txt"
+    src.write_text("".join(corpus_lines))
+    cfg = _cfg(str(tmp_path / "m2v"), str(src), ["extraction.mode='model2vec'",
+                                                  "pca.level='word'"])
+    report = run_build(cfg)
+    assert "selection" not in report and report["pca"]["level"] == "word"
+    model = StaticModel.load(tmp_path / "m2v" / "model")
+    assert len(model) == 150 and model.dim == 64
