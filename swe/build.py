@@ -311,72 +311,90 @@ def _select(st: Stage, cfg: BuildConfig, teacher, vocab, sent_shards, sel_mod) -
 
 
 def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, ex_mod) -> None:
+    """One Ray Data job over every unfinished part; each part's sums are saved (and marked) as
+    soon as all its sentences are in, so a killed job resumes part by part."""
     import ray
 
     from swe.raysetup import pyarrow_filesystem
 
     ex = cfg.extraction
-    lang_index = {lang: i for i, lang in enumerate(cfg.languages)}
+    lang_offset = {lang: int(offsets[i]) for i, lang in enumerate(cfg.languages)}
     if ex.mode == "model2vec":
         from swe.stages.corpus import load_tokenizer
 
         tok = load_tokenizer(teacher)
-        rows = []
-        for lang in cfg.languages:
-            for i, w in enumerate(vocab[lang]):
-                rows.append({"text": w, "lang": lang, "word_ids": [int(offsets[lang_index[lang]])
-                                                                   + i],
-                             "ntok": len(tok.encode(w, add_special_tokens=False).ids)})
-        sources = [("m2v", ray.data.from_items(rows))]
+        rows = [{"text": w, "lang": lang, "word_ids": [i], "part": "m2v",
+                 "ntok": len(tok.encode(w, add_special_tokens=False).ids)}
+                for lang in cfg.languages for i, w in enumerate(vocab[lang])]
+        expected = {"m2v": len(rows)} if not st.shard_done("m2v") else {}
+        ds = ray.data.from_items(rows) if expected else None
     else:
         fs, parts_dir = storage.filesystem(sel.path("parts"))
-        files = sorted(fs.find(parts_dir))
-        sources = []
-        for f in files:
-            url = f if storage.is_local(sel.dir) else sel.dir.split("://")[0] + "://" + f
-            sources.append((url.rsplit("/", 1)[-1].removesuffix(".parquet"), url))
+        proto = "" if storage.is_local(sel.dir) else sel.dir.split("://")[0] + "://"
+        expected, urls = {}, []
+        for f in sorted(fs.find(parts_dir)):
+            key = f.rsplit("/", 1)[-1].removesuffix(".parquet")
+            if not st.shard_done(key):
+                with fs.open(f, "rb") as fh:
+                    expected[key] = pq.ParquetFile(fh).metadata.num_rows
+                urls.append(proto + f)
+        ds = None
+        if urls:
+            pafs, _ = pyarrow_filesystem(urls[0])
+            paths = [pyarrow_filesystem(u)[1] for u in urls]
+            ds = ray.data.read_parquet(paths, filesystem=pafs, include_paths=True)
+    if ds is None:
+        log.info("[extraction] every part already done")
+        return
     n_actors = ex_mod.actor_count(ex.actors, ex.gpus_per_actor)
     threads = max(1, round(ex.cpus_per_actor * 2)) if not ex.gpus_per_actor else None
-    total_sent, t0 = 0, time.perf_counter()
-    for key, src in sources:
-        if st.shard_done(key):
-            continue
-        if isinstance(src, str):
-            pafs, path = pyarrow_filesystem(src)
-            ds = ray.data.read_parquet(path, filesystem=pafs)
-        else:
-            ds = src
-        ds = ds.map_batches(
-            ex_mod.Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,
-            num_gpus=ex.gpus_per_actor or None,
-            fn_constructor_kwargs={"teacher_dir": teacher, "vocab": vocab,
-                                   "token_budget": ex.token_budget, "mode": ex.mode,
-                                   "threads": threads,
-                                   "trust_remote_code": cfg.trust_remote_code})
-        ids, sums, counts = [], [], []
-        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            ids.append(b.column("word_id").to_numpy())
-            counts.append(b.column("count").to_numpy())
-            flat = b.column("sum").combine_chunks()
-            sums.append(flat.values.to_numpy().reshape(len(b), -1))
-        lang = key.split("-", 1)[0] if ex.mode != "model2vec" else None
-        wid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        mat = np.concatenate(sums) if sums else np.zeros((0, 1))
-        cnt = np.concatenate(counts) if counts else np.zeros(0, np.int64)
-        # Selection parts hold one language's ids; model2vec rows carry global ids already.
-        glob = wid if lang is None else wid + offsets[lang_index[lang]]
-        uniq, inv = np.unique(glob, return_inverse=True)
-        agg = np.zeros((len(uniq), mat.shape[1]))
-        np.add.at(agg, inv, mat)
-        _save_npz(st.path("partials", f"{key}.npz"), word_id=uniq, sum=agg,
-                  count=np.bincount(inv, weights=cnt).astype(np.int64))
-        n_sent = int(cnt.sum())
-        total_sent += n_sent
-        st.mark_shard(key, {"vectors": n_sent})
+    ds = ds.map_batches(
+        ex_mod.Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,
+        num_gpus=ex.gpus_per_actor or None,
+        fn_constructor_kwargs={"teacher_dir": teacher, "vocab": vocab,
+                               "lang_offset": lang_offset, "token_budget": ex.token_budget,
+                               "mode": ex.mode, "threads": threads,
+                               "trust_remote_code": cfg.trust_remote_code})
+    acc: dict[str, ex_mod.PartSums] = {k: ex_mod.PartSums() for k in expected}
+    t0, total_sent, total_vec = time.perf_counter(), 0, 0
+    for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        for key, n_sent in acc_add(acc, b):
+            part = acc[key]
+            if part.sentences > expected[key]:
+                raise RuntimeError(f"part {key}: {part.sentences} sentences processed for "
+                                   f"{expected[key]} rows (a retried batch counted twice?)")
+            if part.sentences == expected[key]:
+                wid, sums, counts = part.result()
+                _save_npz(st.path("partials", f"{key}.npz"), word_id=wid, sum=sums,
+                          count=counts)
+                st.mark_shard(key, {"sentences": part.sentences, "vectors": int(counts.sum())})
+                total_sent += part.sentences
+                total_vec += int(counts.sum())
+                del acc[key]
+                log.info("[extraction] part %s done (%d sentences); %d parts left", key, n_sent,
+                         len(acc))
+    if acc:
+        raise RuntimeError(f"extraction ended with incomplete parts: {sorted(acc)}")
     secs = time.perf_counter() - t0
-    st.stats.update(actors=n_actors, word_vectors_extracted=total_sent,
-                    vectors_per_s=round(total_sent / max(secs, 1e-9), 1))
+    st.stats.update(actors=n_actors, sentences=total_sent, word_vectors=total_vec,
+                    sentences_per_s=round(total_sent / max(secs, 1e-9), 1))
+
+
+def acc_add(acc: dict, batch: pa.Table):
+    """Add one output batch of the extractor to the per-part sums; yield parts it touched."""
+    parts = batch.column("part").to_pylist()
+    wid = batch.column("word_id").to_numpy()
+    cnt = batch.column("count").to_numpy()
+    flat = batch.column("sum").combine_chunks()
+    mat = flat.values.to_numpy().reshape(len(batch), -1)
+    touched = {}
+    for key in set(parts):
+        m = np.asarray([p == key for p in parts])
+        sent = m & (wid < 0)
+        acc[key].add(wid[m & ~sent], mat[m & ~sent], cnt[m & ~sent], int(cnt[sent].sum()))
+        touched[key] = acc[key].sentences
+    return touched.items()
 
 
 def _assemble(st: Stage, cfg: BuildConfig, vocab, offsets):

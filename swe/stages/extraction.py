@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from swe.text import language, units
 
-__all__ = ["Extractor", "align", "length_batches"]
+__all__ = ["Extractor", "PartSums", "align", "length_batches"]
 
 
 def length_batches(ntok: np.ndarray, budget: int, specials: int = 2) -> list[np.ndarray]:
@@ -61,11 +61,49 @@ def align(spans: list[tuple[str, int, int]], targets: list[str], offsets: np.nda
     return out
 
 
-class Extractor:
-    """Ray Data actor: sentences + the word ids they serve → per-word (sum, count) for a batch."""
+class PartSums:
+    """Running per-word sums and counts of one part (compacted as it grows)."""
 
-    def __init__(self, teacher_dir: str, vocab: dict[str, list[str]], token_budget: int,
-                 mode: str = "sentence", threads: int = 1, trust_remote_code: bool = False):
+    def __init__(self) -> None:
+        self.ids: list[np.ndarray] = []
+        self.sums: list[np.ndarray] = []
+        self.counts: list[np.ndarray] = []
+        self.rows = 0
+        self.sentences = 0
+
+    def add(self, ids, sums, counts, sentences: int) -> None:
+        self.ids.append(ids)
+        self.sums.append(sums)
+        self.counts.append(counts)
+        self.rows += len(ids)
+        self.sentences += sentences
+        if self.rows > 100_000:
+            ids, sums, counts = self.result()
+            self.ids, self.sums, self.counts, self.rows = [ids], [sums], [counts], len(ids)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(word_ids, sums, counts)`` with one row per distinct word."""
+        if not self.ids:
+            return np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(0, np.int64)
+        ids = np.concatenate(self.ids)
+        uniq, inv = np.unique(ids, return_inverse=True)
+        sums = np.zeros((len(uniq), self.sums[0].shape[1]))
+        np.add.at(sums, inv, np.concatenate(self.sums))
+        counts = np.bincount(inv, weights=np.concatenate(self.counts)).astype(np.int64)
+        return uniq, sums, counts
+
+
+class Extractor:
+    """Ray Data actor: sentences + the word ids they serve → per-word (sum, count) per part.
+
+    Output rows: ``(part, word_id, count, sum)`` with global word ids, plus one row per part
+    with ``word_id = -1`` and ``count`` = sentences processed, so the driver knows when a part
+    is complete.
+    """
+
+    def __init__(self, teacher_dir: str, vocab: dict[str, list[str]],
+                 lang_offset: dict[str, int], token_budget: int, mode: str = "sentence",
+                 threads: int = 1, trust_remote_code: bool = False):
         import torch
 
         from swe.stages.corpus import load_tokenizer
@@ -79,6 +117,7 @@ class Extractor:
 
         self.unk = _unk_token(self.fast_tok)
         self.vocab = vocab
+        self.lang_offset = lang_offset
         self.budget = token_budget
         self.mode = mode
         self.shift = len(self.teacher.spec.prefix)
@@ -86,10 +125,13 @@ class Extractor:
     def __call__(self, batch: pa.Table) -> pa.Table:
         texts = batch.column("text").to_pylist()
         langs = batch.column("lang").to_pylist()
+        col = "part" if "part" in batch.column_names else "path"
+        parts = [p.rsplit("/", 1)[-1].removesuffix(".parquet")
+                 for p in batch.column(col).to_pylist()]
         wids = batch.column("word_ids").to_pylist()
         ntok = batch.column("ntok").to_numpy()
-        sums: dict[int, np.ndarray] = {}
-        counts: dict[int, int] = {}
+        sums: dict[tuple[str, int], np.ndarray] = {}
+        counts: dict[tuple[str, int], int] = {}
         for idx in length_batches(ntok, self.budget):
             sub = [texts[i] for i in idx]
             hidden, offsets, mask = self.teacher.hidden_states(sub)
@@ -103,12 +145,13 @@ class Extractor:
                     keys = [words[w] for w in wids[i]]
                     spans = units(texts[i], language(langs[i]), self.fast_tok, self.unk)
                     pos = align(spans, keys, offsets[j], mask[j], self.shift)
-                    found = {k: v for k, v in pos.items()}
+                    found = pos
                     targets = {words[w]: w for w in wids[i]}
+                off = self.lang_offset[langs[i]]
                 for key, tok_idx in found.items():
                     if not len(tok_idx):
                         continue
-                    w = targets[key]
+                    w = (parts[i], targets[key] + off)
                     v = hidden[j, tok_idx].mean(axis=0, dtype=np.float64)
                     if w in sums:
                         sums[w] += v
@@ -116,11 +159,13 @@ class Extractor:
                     else:
                         sums[w] = v
                         counts[w] = 1
-        ids = np.fromiter(sums.keys(), dtype=np.int64, count=len(sums))
-        mat = (np.stack(list(sums.values())) if sums
-               else np.zeros((0, self.teacher.dim))).astype(np.float64)
+        for p in set(parts):  # sentences processed per part
+            sums[(p, -1)] = np.zeros(self.teacher.dim)
+            counts[(p, -1)] = parts.count(p)
+        mat = np.stack(list(sums.values())).astype(np.float64)
         return pa.table({
-            "word_id": ids,
+            "part": pa.array([k[0] for k in sums], pa.string()),
+            "word_id": np.fromiter((k[1] for k in sums), dtype=np.int64, count=len(sums)),
             "count": np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
             "sum": pa.FixedSizeListArray.from_arrays(pa.array(mat.reshape(-1)),
                                                      self.teacher.dim),
