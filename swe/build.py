@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import time
 
 import numpy as np
@@ -327,7 +328,8 @@ def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, e
                  "ntok": len(tok.encode(w, add_special_tokens=False).ids)}
                 for lang in cfg.languages for i, w in enumerate(vocab[lang])]
         expected = {"m2v": len(rows)} if not st.shard_done("m2v") else {}
-        ds = ray.data.from_items(rows) if expected else None
+        blocks = max(1, math.ceil(len(rows) / ex.batch_size))
+        ds = ray.data.from_items(rows, override_num_blocks=blocks) if expected else None
     else:
         fs, parts_dir = storage.filesystem(sel.path("parts"))
         proto = "" if storage.is_local(sel.dir) else sel.dir.split("://")[0] + "://"
@@ -342,7 +344,10 @@ def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, e
         if urls:
             pafs, _ = pyarrow_filesystem(urls[0])
             paths = [pyarrow_filesystem(u)[1] for u in urls]
-            ds = ray.data.read_parquet(paths, filesystem=pafs, include_paths=True)
+            # Enough blocks that every actor stays busy (a part is one file otherwise).
+            blocks = max(len(paths), math.ceil(sum(expected.values()) / ex.batch_size))
+            ds = ray.data.read_parquet(paths, filesystem=pafs, include_paths=True,
+                                       override_num_blocks=blocks).repartition(blocks)
     if ds is None:
         log.info("[extraction] every part already done")
         return
