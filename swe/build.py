@@ -50,11 +50,29 @@ def _sharded(stage: Stage, jobs: list[tuple[str, object]]) -> list[dict]:
             pending[key] = launch()
     if len(results):
         log.info("[%s] %d of %d shards already done", stage.name, len(results), len(jobs))
-    for key, ref in pending.items():
-        res = _get(ref)
-        stage.mark_shard(key, res)
-        results[key] = res
+    _wait_logged(stage.name, pending, lambda key, res: (stage.mark_shard(key, res),
+                                                        results.__setitem__(key, res)))
     return [results[k] for k, _ in jobs]
+
+
+def _wait_logged(name: str, pending: dict, on_done) -> None:
+    """Collect task results as they finish, logging progress and an ETA every ~15 s."""
+    import ray
+
+    by_ref = {ref: key for key, ref in pending.items()}
+    start = last = time.perf_counter()
+    total, done = len(by_ref), 0
+    while by_ref:
+        ready, _ = ray.wait(list(by_ref), num_returns=1)
+        key = by_ref.pop(ready[0])
+        on_done(key, _get(ready[0]))
+        done += 1
+        now = time.perf_counter()
+        if now - last > 15 or not by_ref:
+            rate = done / (now - start)
+            log.info("[%s] %d/%d shards, %.2f shards/s, ETA %.0fs", name, done, total, rate,
+                     (total - done) / max(rate, 1e-9))
+            last = now
 
 
 def _save_npz(url: str, **arrays: np.ndarray) -> None:
@@ -285,10 +303,12 @@ def _select(st: Stage, cfg: BuildConfig, teacher, vocab, sent_shards, sel_mod) -
         shards = sent_shards[lang]
         words = vocab[lang]
         words_ref = ray.put(words)
-        dfs = _get([df.remote(s["path"], lang, teacher, words_ref) for s in shards])
+        pairs = [st.path("candidates", f"{s['shard_id']:06d}.npz") for s in shards]
+        dfs = _get([df.remote(s["path"], lang, teacher, words_ref, pp)
+                    for s, pp in zip(shards, pairs, strict=True)])
         quotas = sel_mod.quotas(dfs, c)
-        parts = _get([heaps.remote(s["path"], lang, teacher, words_ref, q, n)
-                      for s, q in zip(shards, quotas, strict=True)])
+        parts = _get([heaps.remote(s["path"], lang, teacher, words_ref, q, n, pp)
+                      for s, q, pp in zip(shards, quotas, pairs, strict=True)])
         wid, _, sid = sel_mod.merge_heaps(parts, n)
         per_word = np.bincount(wid, minlength=len(words))
         below += int((per_word < n).sum())

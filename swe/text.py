@@ -35,6 +35,7 @@ __all__ = [
     "language",
     "split_sentences",
     "strip_marker",
+    "unit_keys",
     "units",
     "word_spans",
     "words",
@@ -166,6 +167,7 @@ def _is_punct_char(ch: str) -> bool:
     return unicodedata.category(ch)[0] in "PS"
 
 
+@lru_cache(maxsize=1 << 20)
 def is_punctuation(unit: str) -> bool:
     """True when every character is Unicode punctuation or a symbol (``.``, ``—``, ``$``, 😀)."""
     return all(_is_punct_char(c) for c in unit)
@@ -197,3 +199,17 @@ def units(text: str, lang: Language, tokenizer: Tokenizer | None = None,
     if lang.lowercase:
         out = [(k.lower(), a, b) for k, a, b in out]
     return out
+
+
+def unit_keys(text: str, lang: Language, tokenizer: Tokenizer | None = None,
+              unk: str | None = None) -> list[str]:
+    """The keys of :func:`units` without spans, on the fast word path (counting, selection)."""
+    out: list[str] = []
+    for w in words(text):
+        if is_punctuation(w):
+            continue
+        if has_cjk(w):
+            out.extend(p for p in cjk_split(w, tokenizer, unk) if not is_punctuation(p))
+        else:
+            out.append(w)
+    return [k.lower() for k in out] if lang.lowercase else out

@@ -87,10 +87,15 @@ def test_selection_heap_merge_equals_brute_force(tmp_path, data_dir):
         sids.extend(sid.tolist())
     words = ["the", "of", "and", "in", "was", "a", "is", "for", "on", "city", "zzzz"]
     n, c = 5, 60
-    dfs = [selection.shard_df(p, "en", None, words) for p in shards]
+    pairs = [p + ".pairs.npz" for p in shards]
+    dfs = [selection.shard_df(p, "en", None, words, pp) for p, pp in zip(shards, pairs,
+                                                                         strict=True)]
     quotas = selection.quotas(dfs, c)
-    parts = [selection.shard_heaps(p, "en", None, words, q, n)
-             for p, q in zip(shards, quotas, strict=True)]
+    parts = [selection.shard_heaps(p, "en", None, words, q, n, pp)
+             for p, q, pp in zip(shards, quotas, pairs, strict=True)]
+    # Recomputing the pairs from the text gives the same heaps.
+    again = selection.shard_heaps(shards[1], "en", None, words, quotas[1], n)
+    assert all((a == b).all() for a, b in zip(again, parts[1], strict=True))
     wid, nt, sid = selection.merge_heaps(parts, n)
     got = {w: [] for w in range(len(words))}
     for w, k, s in zip(wid.tolist(), nt.tolist(), sid.tolist(), strict=True):

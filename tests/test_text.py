@@ -53,3 +53,22 @@ def test_language_policy():
     assert text.language("zh").teacher_tokens and text.language("ja").teacher_tokens
     with pytest.raises(ValueError, match=r"unknown language 'xx'.*supported: .*en"):
         text.language("xx")
+
+
+def test_unit_keys_match_units(minilm, data_dir):
+    import lzma
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(minilm / "tokenizer.json"))
+    tok.no_padding()
+    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.00.txt.xz", "rt") as f:
+        texts = [next(f) for _ in range(300)]
+    texts += ["Don't stop — U.S.A.!", "我爱北京。東京は日本の首都です", "😀 ok"]
+    for lang in ("en", "de", "zh"):
+        spec = text.language(lang)
+        for t in texts:
+            assert text.unit_keys(t, spec, tok, "[UNK]") == [
+                k for k, _, _ in text.units(t, spec, tok, "[UNK]")]
+    assert text.unit_keys("The CAT", text.language("en")) == ["the", "cat"]
+    assert text.unit_keys("Der Hund", text.language("de")) == ["Der", "Hund"]

@@ -14,11 +14,14 @@ C. the per-shard heaps merge into the global N shortest per word (the N smallest
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pyarrow as pa
 
+from swe import storage
 from swe.stages.corpus import _write_parquet, read_parquet
-from swe.stages.vocab import unit_keys
+from swe.stages.vocab import text_keys
 
 __all__ = ["candidate_pairs", "emit_selected", "merge_heaps", "quotas", "shard_df",
            "shard_heaps"]
@@ -29,18 +32,24 @@ def candidate_pairs(texts: list[str], lang: str, teacher_dir: str | None,
     """``(row, word_id)`` for every distinct vocabulary word of every sentence, in row order."""
     rows: list[int] = []
     wids: list[int] = []
-    for r, keys in enumerate(unit_keys(texts, lang, teacher_dir)):
+    for r, keys in enumerate(text_keys(texts, lang, teacher_dir)):
         ids = {index[k] for k in keys if k in index}
         rows.extend([r] * len(ids))
         wids.extend(sorted(ids))
     return np.asarray(rows, dtype=np.int64), np.asarray(wids, dtype=np.int64)
 
 
-def shard_df(path: str, lang: str, teacher_dir: str, words: list[str]) -> np.ndarray:
-    """Pass A: number of sentences of the shard containing each word."""
+def shard_df(path: str, lang: str, teacher_dir: str, words: list[str],
+             pairs_out: str | None = None) -> np.ndarray:
+    """Pass A: number of sentences of the shard containing each word. The ``(row, word)``
+    pairs are saved to ``pairs_out`` so pass B need not split the text again."""
     index = {w: i for i, w in enumerate(words)}
     texts = read_parquet(path, ["text"]).column("text").to_pylist()
-    _, wids = candidate_pairs(texts, lang, teacher_dir, index)
+    rows, wids = candidate_pairs(texts, lang, teacher_dir, index)
+    if pairs_out:
+        buf = io.BytesIO()
+        np.savez(buf, rows=rows, wids=wids)
+        storage.write_bytes(pairs_out, buf.getvalue())
     return np.bincount(wids, minlength=len(words)).astype(np.int64)
 
 
@@ -62,11 +71,15 @@ def smallest_per_word(wid: np.ndarray, ntok: np.ndarray, sid: np.ndarray, n: int
 
 
 def shard_heaps(path: str, lang: str, teacher_dir: str, words: list[str], quota: np.ndarray,
-                n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                n: int, pairs_in: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pass B: per word, the ``n`` shortest of its first ``quota[w]`` candidates in the shard."""
-    index = {w: i for i, w in enumerate(words)}
-    table = read_parquet(path, ["sid", "text", "ntok"])
-    rows, wids = candidate_pairs(table.column("text").to_pylist(), lang, teacher_dir, index)
+    table = read_parquet(path, ["sid", "ntok"] if pairs_in else ["sid", "text", "ntok"])
+    if pairs_in:
+        with np.load(io.BytesIO(storage.read_bytes(pairs_in))) as z:
+            rows, wids = z["rows"], z["wids"]
+    else:
+        index = {w: i for i, w in enumerate(words)}
+        rows, wids = candidate_pairs(table.column("text").to_pylist(), lang, teacher_dir, index)
     # Occurrence rank of each (row, word) among the word's candidates, in row order.
     order = np.lexsort((rows, wids))
     sw = wids[order]

@@ -12,18 +12,18 @@ import zlib
 from collections import Counter
 
 from swe.stages.corpus import load_tokenizer, read_parquet
-from swe.text import language, units
+from swe.text import language, unit_keys
 
-__all__ = ["count_shard", "merge_partition", "top_words", "unit_keys"]
+__all__ = ["count_shard", "merge_partition", "text_keys", "top_words"]
 
 
-def unit_keys(texts: list[str], lang: str, teacher_dir: str | None):
+def text_keys(texts: list[str], lang: str, teacher_dir: str | None):
     """Vocabulary unit keys of each text (see ``swe.text.units``)."""
     spec = language(lang)
     tok = load_tokenizer(teacher_dir) if spec.teacher_tokens and teacher_dir else None
     unk = _unk(tok)
     for t in texts:
-        yield [k for k, _, _ in units(t, spec, tok, unk)]
+        yield unit_keys(t, spec, tok, unk)
 
 
 def _unk(tok) -> str | None:
@@ -41,7 +41,7 @@ def partition_of(word: str, partitions: int) -> int:
 def count_shard(path: str, lang: str, teacher_dir: str, partitions: int) -> list[dict]:
     """Word counts of one sentence shard, split into ``partitions`` dicts by word hash."""
     counts: Counter = Counter()
-    for keys in unit_keys(read_parquet(path, ["text"]).column("text").to_pylist(), lang,
+    for keys in text_keys(read_parquet(path, ["text"]).column("text").to_pylist(), lang,
                           teacher_dir):
         counts.update(keys)
     parts: list[dict] = [{} for _ in range(partitions)]
