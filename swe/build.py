@@ -372,7 +372,7 @@ def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, e
         log.info("[extraction] every part already done")
         return
     n_actors = ex_mod.actor_count(ex.actors, ex.gpus_per_actor)
-    threads = max(1, round(ex.cpus_per_actor * 2)) if not ex.gpus_per_actor else None
+    threads = 1 if not ex.gpus_per_actor else None  # one single-threaded teacher per core
     ds = ds.map_batches(
         ex_mod.Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,

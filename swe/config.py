@@ -63,7 +63,7 @@ class SelectionConfig:
 class ExtractionConfig:
     mode: str = "sentence"  # sentence (the paper) | model2vec (each word alone)
     token_budget: int = 16_384  # padded tokens per teacher forward pass
-    actors: int = 0  # 0 = one per GPU, else one per 2 CPUs
+    actors: int = 0  # 0 = one per GPU, else one per CPU (single-threaded)
     cpus_per_actor: float = 0.5
     gpus_per_actor: float = 0.0  # 1.0 on GPU clusters
     batch_size: int = 1024  # sentences handed to an actor at once
