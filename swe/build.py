@@ -332,75 +332,89 @@ def _select(st: Stage, cfg: BuildConfig, teacher, vocab, sent_shards, sel_mod) -
 
 
 def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, ex_mod) -> None:
-    """One Ray Data job over every unfinished part; each part's sums are saved (and marked) as
-    soon as all its sentences are in, so a killed job resumes part by part."""
+    """Ray Data jobs ("waves") of about ``extraction.job_sentences`` sentences over the unfinished
+    parts; each part's sums are saved (and marked) as soon as all its sentences are in, so a
+    killed build resumes part by part."""
     import ray
 
     from swe.raysetup import pyarrow_filesystem
 
     ex = cfg.extraction
-    lang_offset = {lang: int(offsets[i]) for i, lang in enumerate(cfg.languages)}
+    waves: list[tuple[dict, object]] = []
     if ex.mode == "model2vec":
-        from swe.stages.corpus import load_tokenizer
+        if not st.shard_done("m2v"):
+            from swe.stages.corpus import load_tokenizer
 
-        tok = load_tokenizer(teacher)
-        rows = [{"text": w, "lang": lang, "word_ids": [i], "part": "m2v",
-                 "ntok": len(tok.encode(w, add_special_tokens=False).ids)}
-                for lang in cfg.languages for i, w in enumerate(vocab[lang])]
-        expected = {"m2v": len(rows)} if not st.shard_done("m2v") else {}
-        blocks = max(1, math.ceil(len(rows) / ex.batch_size))
-        ds = ray.data.from_items(rows, override_num_blocks=blocks) if expected else None
+            tok = load_tokenizer(teacher)
+            rows = [{"text": w, "lang": lang, "word_ids": [i], "part": "m2v",
+                     "ntok": len(tok.encode(w, add_special_tokens=False).ids)}
+                    for lang in cfg.languages for i, w in enumerate(vocab[lang])]
+            blocks = max(1, math.ceil(len(rows) / ex.batch_size))
+            waves.append(({"m2v": len(rows)}, ray.data.from_items(rows,
+                                                                  override_num_blocks=blocks)))
     else:
         fs, parts_dir = storage.filesystem(sel.path("parts"))
         proto = "" if storage.is_local(sel.dir) else sel.dir.split("://")[0] + "://"
-        expected, urls = {}, []
+        pending = []
         for f in sorted(fs.find(parts_dir)):
             key = f.rsplit("/", 1)[-1].removesuffix(".parquet")
             if not st.shard_done(key):
                 with fs.open(f, "rb") as fh:
-                    expected[key] = pq.ParquetFile(fh).metadata.num_rows
-                urls.append(proto + f)
-        ds = None
-        if urls:
-            pafs, _ = pyarrow_filesystem(urls[0])
-            paths = [pyarrow_filesystem(u)[1] for u in urls]
-            # Enough blocks that every actor stays busy (a part is one file otherwise).
-            blocks = max(len(paths), math.ceil(sum(expected.values()) / ex.batch_size))
-            ds = ray.data.read_parquet(paths, filesystem=pafs, include_paths=True,
-                                       override_num_blocks=blocks).repartition(blocks)
-    if ds is None:
+                    pending.append((key, proto + f, pq.ParquetFile(fh).metadata.num_rows))
+        group: list = []
+        for i, item in enumerate(pending):
+            group.append(item)
+            if sum(g[2] for g in group) >= ex.job_sentences or i == len(pending) - 1:
+                expected = {k: n for k, _, n in group}
+                pafs, _ = pyarrow_filesystem(group[0][1])
+                paths = [pyarrow_filesystem(u)[1] for _, u, _ in group]
+                # Enough blocks that every actor stays busy (a part is one file otherwise).
+                blocks = max(len(paths), math.ceil(sum(expected.values()) / ex.batch_size))
+                waves.append((expected, lambda p=paths, fs_=pafs, nb=blocks: ray.data.read_parquet(
+                    p, filesystem=fs_, include_paths=True, override_num_blocks=nb
+                ).repartition(nb)))
+                group = []
+    if not waves:
         log.info("[extraction] every part already done")
         return
     n_actors = ex_mod.actor_count(ex.actors, ex.gpus_per_actor)
     threads = 1 if not ex.gpus_per_actor else None  # one single-threaded teacher per core
-    ds = ds.map_batches(
-        ex_mod.Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,
-        num_gpus=ex.gpus_per_actor or None,
-        fn_constructor_kwargs={"teacher_dir": teacher, "vocab": vocab,
-                               "lang_offset": lang_offset, "token_budget": ex.token_budget,
-                               "mode": ex.mode, "threads": threads,
-                               "trust_remote_code": cfg.trust_remote_code})
-    acc: dict[str, ex_mod.PartSums] = {k: ex_mod.PartSums() for k in expected}
     t0, total_sent, total_vec = time.perf_counter(), 0, 0
-    for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-        for key, n_sent in acc_add(acc, b):
-            part = acc[key]
-            if part.sentences > expected[key]:
-                raise RuntimeError(f"part {key}: {part.sentences} sentences processed for "
-                                   f"{expected[key]} rows (a retried batch counted twice?)")
-            if part.sentences == expected[key]:
-                wid, sums, counts = part.result()
-                _save_npz(st.path("partials", f"{key}.npz"), word_id=wid, sum=sums,
-                          count=counts)
-                st.mark_shard(key, {"sentences": part.sentences, "vectors": int(counts.sum())})
-                total_sent += part.sentences
-                total_vec += int(counts.sum())
-                del acc[key]
-                log.info("[extraction] part %s done (%d sentences); %d parts left", key, n_sent,
-                         len(acc))
-    if acc:
-        raise RuntimeError(f"extraction ended with incomplete parts: {sorted(acc)}")
+    for w, (expected, ds) in enumerate(waves):
+        log.info("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),
+                 len(expected), sum(expected.values()))
+        ds = ds() if callable(ds) else ds
+        ds = ds.map_batches(
+            ex_mod.Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,
+            num_gpus=ex.gpus_per_actor or None,
+            fn_constructor_kwargs={"teacher_dir": teacher, "vocab": vocab,
+                                   "lang_offset": {lang: int(offsets[i]) for i, lang
+                                                   in enumerate(cfg.languages)},
+                                   "token_budget": ex.token_budget, "mode": ex.mode,
+                                   "threads": threads,
+                                   "trust_remote_code": cfg.trust_remote_code})
+        acc: dict[str, ex_mod.PartSums] = {k: ex_mod.PartSums() for k in expected}
+        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            for key, _ in acc_add(acc, b):
+                part = acc[key]
+                if part.sentences > expected[key]:
+                    raise RuntimeError(f"part {key}: {part.sentences} sentences processed for "
+                                       f"{expected[key]} rows (a retried batch counted twice?)")
+                if part.sentences == expected[key]:
+                    wid, sums, counts = part.result()
+                    _save_npz(st.path("partials", f"{key}.npz"), word_id=wid, sum=sums,
+                              count=counts)
+                    st.mark_shard(key, {"sentences": part.sentences,
+                                        "vectors": int(counts.sum())})
+                    total_sent += part.sentences
+                    total_vec += int(counts.sum())
+                    del acc[key]
+        if acc:
+            raise RuntimeError(f"extraction ended with incomplete parts: {sorted(acc)}")
+        secs = time.perf_counter() - t0
+        log.info("[extraction] %d sentences done, %.1f sentences/s", total_sent,
+                 total_sent / max(secs, 1e-9))
     secs = time.perf_counter() - t0
     st.stats.update(actors=n_actors, sentences=total_sent, word_vectors=total_vec,
                     sentences_per_s=round(total_sent / max(secs, 1e-9), 1))

@@ -67,6 +67,7 @@ class ExtractionConfig:
     cpus_per_actor: float = 0.5
     gpus_per_actor: float = 0.0  # 1.0 on GPU clusters
     batch_size: int = 1024  # sentences handed to an actor at once
+    job_sentences: int = 100_000  # sentences per Ray Data job: the unit of resumption
 
 
 @dataclass
@@ -249,8 +250,9 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     ex = cfg.extraction
     if ex.mode not in ("sentence", "model2vec"):
         errors.append(f"extraction.mode = {ex.mode!r}; use 'sentence' or 'model2vec'")
-    if ex.token_budget < 512 or ex.batch_size < 1:
-        errors.append("extraction: token_budget must be >= 512 and batch_size >= 1")
+    if ex.token_budget < 512 or ex.batch_size < 1 or ex.job_sentences < 1:
+        errors.append("extraction: token_budget must be >= 512, batch_size and job_sentences "
+                      ">= 1")
     pca = cfg.pca
     if pca.level not in ("sentence", "word", "none"):
         errors.append(f"pca.level = {pca.level!r}; use sentence, word or none")

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=4",
          "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2400",
-         "corpus.en.shard_lines=800", "extraction.batch_size=128"]
+         "corpus.en.shard_lines=800", "extraction.batch_size=128", "extraction.job_sentences=250"]
 
 
 @pytest.fixture(scope="module")
