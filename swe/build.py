@@ -107,8 +107,8 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
     m2v = cfg.extraction.mode == "model2vec"
 
     # -- corpus ---------------------------------------------------------------------------
-    h = stage_hash("corpus", cfg.languages, cfg.corpus)
-    st = Stage(out, "corpus", h)
+    hashes = stage_hashes(cfg, teacher)
+    st = Stage(out, "corpus", hashes["corpus"])
     if not st.done():
         with st.run():
             shard = ray.remote(num_cpus=0.5)(corpus_mod.shard_file)
@@ -143,8 +143,7 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
         return report
 
     # -- sentences --------------------------------------------------------------------------
-    h = stage_hash("sentences", h, cfg.sentences, teacher, cfg.corpus)
-    st = Stage(out, "sentences", h)
+    st = Stage(out, "sentences", hashes["sentences"])
     if not st.done():
         with st.run():
             task = ray.remote(num_cpus=0.5)(corpus_mod.sentence_shard)
@@ -181,8 +180,7 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
         return report
 
     # -- vocab ------------------------------------------------------------------------------
-    h = stage_hash("vocab", h, cfg.vocab)
-    st = Stage(out, "vocab", h)
+    st = Stage(out, "vocab", hashes["vocab"])
     if not st.done():
         with st.run():
             P = cfg.vocab.partitions
@@ -217,9 +215,8 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
         return report
 
     # -- selection (sentence mode only) -----------------------------------------------------
-    sel = Stage(out, "selection", stage_hash("selection", h, cfg.selection))
+    sel = Stage(out, "selection", hashes["selection"])
     if not m2v:
-        h = sel.config_hash
         if not sel.done():
             with sel.run():
                 _select(sel, cfg, teacher, vocab, sent_shards, sel_mod)
@@ -228,8 +225,7 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
         return report
 
     # -- extraction -------------------------------------------------------------------------
-    h = stage_hash("extraction", h, cfg.extraction)
-    st = Stage(out, "extraction", h)
+    st = Stage(out, "extraction", hashes["extraction"])
     offsets = np.cumsum([0] + [len(vocab[lang]) for lang in cfg.languages])
     if not st.done():
         with st.run():
@@ -243,8 +239,7 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
         return report
 
     # -- PCA --------------------------------------------------------------------------------
-    h = stage_hash("pca", h, cfg.pca, cfg.seed)
-    st = Stage(out, "pca", h)
+    st = Stage(out, "pca", hashes["pca"])
     if not st.done():
         with st.run():
             step1 = StaticModel.load(storage.join(out, "step1"))
@@ -271,6 +266,19 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
             model.save(storage.join(out, "model"))
     report["pca"] = st.done_stats()
     return report
+
+
+def stage_hashes(cfg: BuildConfig, teacher: str) -> dict[str, str]:
+    """Each stage's config hash, chained through its upstream stages. Only settings that change
+    a stage's result count: resources (actors, batch sizes, token budget) do not."""
+    h = {"corpus": stage_hash("corpus", cfg.languages, cfg.corpus)}
+    h["sentences"] = stage_hash("sentences", h["corpus"], cfg.sentences, teacher, cfg.corpus)
+    h["vocab"] = stage_hash("vocab", h["sentences"], cfg.vocab)
+    h["selection"] = stage_hash("selection", h["vocab"], cfg.selection)
+    upstream = h["vocab"] if cfg.extraction.mode == "model2vec" else h["selection"]
+    h["extraction"] = stage_hash("extraction", upstream, cfg.extraction.mode)
+    h["pca"] = stage_hash("pca", h["extraction"], cfg.pca, cfg.seed)
+    return h
 
 
 def _provenance(cfg: BuildConfig, step: str) -> dict:
