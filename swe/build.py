@@ -361,14 +361,13 @@ def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, e
             waves.append(({"m2v": len(rows)}, ray.data.from_items(rows,
                                                                   override_num_blocks=blocks)))
     else:
-        fs, parts_dir = storage.filesystem(sel.path("parts"))
-        proto = "" if storage.is_local(sel.dir) else sel.dir.split("://")[0] + "://"
+        fs, _ = storage.filesystem(sel.dir)
         pending = []
-        for f in sorted(fs.find(parts_dir)):
-            key = f.rsplit("/", 1)[-1].removesuffix(".parquet")
+        for url in storage.find(sel.path("parts")):
+            key = url.rsplit("/", 1)[-1].removesuffix(".parquet")
             if not st.shard_done(key):
-                with fs.open(f, "rb") as fh:
-                    pending.append((key, proto + f, pq.ParquetFile(fh).metadata.num_rows))
+                with fs.open(storage.filesystem(url)[1], "rb") as fh:
+                    pending.append((key, url, pq.ParquetFile(fh).metadata.num_rows))
         group: list = []
         for i, item in enumerate(pending):
             group.append(item)
@@ -446,11 +445,9 @@ def acc_add(acc: dict, batch: pa.Table):
 
 def _assemble(st: Stage, cfg: BuildConfig, vocab, offsets):
     """Sum the partials → mean vectors; identical strings across languages are averaged."""
-    fs, pdir = storage.filesystem(st.path("partials"))
     total = int(offsets[-1])
     sums, counts = None, np.zeros(total, np.int64)
-    for f in sorted(fs.find(pdir)):
-        url = f if storage.is_local(st.dir) else st.dir.split("://")[0] + "://" + f
+    for url in storage.find(st.path("partials")):
         z = _load_npz(url)
         if sums is None:
             sums = np.zeros((total, z["sum"].shape[1]))
@@ -491,11 +488,8 @@ def _sentence_stats(cfg: BuildConfig, sel: Stage, out: str, offsets, pca_mod):
         raise ValueError("too few words with >= 3 sentences for sentence-level PCA; use "
                          "pca.level = 'word' or a larger corpus")
     task = ray.remote(num_cpus=0.5)(_pca_part)
-    fs, pdir = storage.filesystem(sel.path("parts"))
-    refs = []
-    for f in sorted(fs.find(pdir)):
-        url = f if storage.is_local(sel.dir) else sel.dir.split("://")[0] + "://" + f
-        refs.append(task.remote(url, storage.join(out, "step1"), chosen))
+    refs = [task.remote(url, storage.join(out, "step1"), chosen)
+            for url in storage.find(sel.path("parts"))]
     parts = _get(refs)
     total = parts[0]
     for p in parts[1:]:

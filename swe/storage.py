@@ -11,7 +11,7 @@ import os
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["filesystem", "is_local", "join", "read_bytes", "read_text", "write_bytes"]
+__all__ = ["filesystem", "find", "is_local", "join", "read_bytes", "read_text", "write_bytes"]
 
 
 def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
@@ -36,6 +36,13 @@ def join(url: str, *parts: str) -> str:
     if is_local(url):
         return os.path.join(url, *parts)
     return "/".join([url.rstrip("/"), *parts])
+
+
+def find(url: str) -> list[str]:
+    """Every file under ``url`` (recursively), as sorted URLs of the same kind as ``url``."""
+    fs, path = filesystem(url)
+    proto = "" if is_local(url) else os.fspath(url).split("://", 1)[0] + "://"
+    return sorted(proto + p for p in fs.find(path))
 
 
 def read_bytes(url: str) -> bytes:
