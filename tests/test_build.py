@@ -32,8 +32,8 @@ def test_quickstart_build_on_s3(s3, corpus_lines, minilm):
     # CC-100 layout: paragraphs, blank lines between documents, xz, plus a non-UTF-8 line.
     body = "".join(line if i % 50 else line + "\n" for i, line in enumerate(corpus_lines))
     data = lzma.compress(b"\xff\xfe broken line\n" + body.encode())
-    storage.write_bytes(f"{s3}/corpus/en.txt.xz", data)
-    cfg = _cfg(f"{s3}/builds/quick", f"{s3}/corpus/en.txt.xz",
+    storage.write_bytes(f"{s3}/build-corpus/en.txt.xz", data)
+    cfg = _cfg(f"{s3}/builds/quick", f"{s3}/build-corpus/en.txt.xz",
                ["corpus.en.split_sentences=true"])
     report = run_build(cfg)
     assert report["corpus"]["invalid_utf8_lines"] == 1

@@ -103,9 +103,9 @@ def test_s3_in_and_out(s3, sentences, model, model_path):
     from swe import storage
 
     data = ("\n".join(sentences[:800]) + "\n").encode()
-    storage.write_bytes(f"{s3}/corpus/a.txt.zst", __import__("zstandard").compress(data))
-    storage.write_bytes(f"{s3}/corpus/b.txt", data)
-    summary = encode_files(model_path, [f"{s3}/corpus/*"], f"{s3}/emb")
+    storage.write_bytes(f"{s3}/bulk-corpus/a.txt.zst", __import__("zstandard").compress(data))
+    storage.write_bytes(f"{s3}/bulk-corpus/b.txt", data)
+    summary = encode_files(model_path, [f"{s3}/bulk-corpus/*"], f"{s3}/emb")
     assert summary.rows == 1600
     fs, path = storage.filesystem(f"{s3}/emb")
     assert fs.exists(f"{path}/_SUCCESS")
@@ -115,7 +115,7 @@ def test_s3_in_and_out(s3, sentences, model, model_path):
         [first] + [pq.read_table(fs.open(f"{path}/{p}", "rb")) for p in summary.output_files[1:]]
     ).to_pandas()
     assert len(df) == 1600
-    b = df[df["file"] == f"{s3}/corpus/b.txt"].sort_values("row")
+    b = df[df["file"] == f"{s3}/bulk-corpus/b.txt"].sort_values("row")
     np.testing.assert_allclose(_matrix(b), model.encode(sentences[:800]), atol=1e-6)
 
 
