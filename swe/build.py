@@ -384,8 +384,8 @@ def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, e
     if not waves:
         log.info("[extraction] every part already done")
         return
-    n_actors = ex_mod.actor_count(ex.actors, ex.gpus_per_actor)
-    threads = 1 if not ex.gpus_per_actor else None  # one single-threaded teacher per core
+    n_actors = ex_mod.actor_count(ex.actors, ex.gpus_per_actor, ex.threads_per_actor)
+    threads = ex.threads_per_actor if not ex.gpus_per_actor else None
     t0, total_sent, total_vec = time.perf_counter(), 0, 0
     for w, (expected, ds) in enumerate(waves):
         log.info("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),

@@ -64,6 +64,7 @@ class ExtractionConfig:
     mode: str = "sentence"  # sentence (the paper) | model2vec (each word alone)
     token_budget: int = 16_384  # padded tokens per teacher forward pass
     actors: int = 0  # 0 = one per GPU, else one per CPU (single-threaded)
+    threads_per_actor: int = 1  # torch threads of a CPU actor
     cpus_per_actor: float = 0.5
     gpus_per_actor: float = 0.0  # 1.0 on GPU clusters
     batch_size: int = 1024  # sentences handed to an actor at once
@@ -250,9 +251,9 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     ex = cfg.extraction
     if ex.mode not in ("sentence", "model2vec"):
         errors.append(f"extraction.mode = {ex.mode!r}; use 'sentence' or 'model2vec'")
-    if ex.token_budget < 512 or ex.batch_size < 1 or ex.job_sentences < 1:
-        errors.append("extraction: token_budget must be >= 512, batch_size and job_sentences "
-                      ">= 1")
+    if ex.token_budget < 512 or min(ex.batch_size, ex.job_sentences, ex.threads_per_actor) < 1:
+        errors.append("extraction: token_budget must be >= 512; batch_size, job_sentences and "
+                      "threads_per_actor >= 1")
     pca = cfg.pca
     if pca.level not in ("sentence", "word", "none"):
         errors.append(f"pca.level = {pca.level!r}; use sentence, word or none")

@@ -172,9 +172,9 @@ class Extractor:
         })
 
 
-def actor_count(actors: int, gpus_per_actor: float) -> int:
-    """Actors to start: as configured, else one per GPU, else one single-threaded teacher per
-    CPU (each reserves only ``cpus_per_actor`` so reading tasks are never starved)."""
+def actor_count(actors: int, gpus_per_actor: float, threads: int = 1) -> int:
+    """Actors to start: as configured, else one per GPU, else one teacher per ``threads`` CPUs
+    (each reserves only ``cpus_per_actor`` so reading tasks are never starved)."""
     import ray
 
     if actors:
@@ -182,4 +182,4 @@ def actor_count(actors: int, gpus_per_actor: float) -> int:
     res = ray.cluster_resources()
     if gpus_per_actor and res.get("GPU"):
         return max(1, int(res["GPU"] / gpus_per_actor))
-    return max(1, math.floor(res.get("CPU", 1)))
+    return max(1, math.floor(res.get("CPU", 1) / threads))
