@@ -22,20 +22,12 @@ from swe import storage
 from swe.artifacts import Stage
 from swe.config import BuildConfig, stage_hash
 from swe.model import StaticModel
+from swe.raysetup import get
 
 __all__ = ["STAGES", "run_build"]
 
 log = logging.getLogger("swe.build")
 STAGES = ["corpus", "sentences", "vocab", "selection", "extraction", "pca"]
-
-
-def _get(refs):
-    import ray
-
-    try:
-        return ray.get(refs)
-    except ray.exceptions.RayTaskError as e:
-        raise e.as_instanceof_cause() from None
 
 
 def _sharded(stage: Stage, jobs: list[tuple[str, object]]) -> list[dict]:
@@ -65,7 +57,7 @@ def _wait_logged(name: str, pending: dict, on_done) -> None:
     while by_ref:
         ready, _ = ray.wait(list(by_ref), num_returns=1)
         key = by_ref.pop(ready[0])
-        on_done(key, _get(ready[0]))
+        on_done(key, get(ready[0]))
         done += 1
         now = time.perf_counter()
         if now - last > 15 or not by_ref:
@@ -189,7 +181,7 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
             for lang in cfg.languages:
                 parts = [count.remote(s["path"], lang, teacher, P) for s in sent_shards[lang]]
                 parts = [p if isinstance(p, list) else [p] for p in parts]
-                tops = _get([merge.remote(*[p[i] for p in parts], size=cfg.vocab.size,
+                tops = get([merge.remote(*[p[i] for p in parts], size=cfg.vocab.size,
                                           min_count=cfg.vocab.min_count) for i in range(P)])
                 top = vocab_mod.top_words([wc for t in tops for wc in t], cfg.vocab.size,
                                           cfg.vocab.min_count)
@@ -312,10 +304,10 @@ def _select(st: Stage, cfg: BuildConfig, teacher, vocab, sent_shards, sel_mod) -
         words = vocab[lang]
         words_ref = ray.put(words)
         pairs = [st.path("candidates", f"{s['shard_id']:06d}.npz") for s in shards]
-        dfs = _get([df.remote(s["path"], lang, teacher, words_ref, pp)
+        dfs = get([df.remote(s["path"], lang, teacher, words_ref, pp)
                     for s, pp in zip(shards, pairs, strict=True)])
         quotas = sel_mod.quotas(dfs, c)
-        parts = _get([heaps.remote(s["path"], lang, teacher, words_ref, q, n, pp)
+        parts = get([heaps.remote(s["path"], lang, teacher, words_ref, q, n, pp)
                       for s, q, pp in zip(shards, quotas, pairs, strict=True)])
         wid, _, sid = sel_mod.merge_heaps(parts, n)
         per_word = np.bincount(wid, minlength=len(words))
@@ -329,7 +321,7 @@ def _select(st: Stage, cfg: BuildConfig, teacher, vocab, sent_shards, sel_mod) -
                 name = s["path"].rsplit("/", 1)[-1]
                 emits.append(emit.remote(s["path"], st.path("parts", f"{lang}-{name}"), lang,
                                          sid[m], wid[m]))
-        total_unique += sum(_get(emits))
+        total_unique += sum(get(emits))
         pairs_all.append((lang, wid, sid))
     for lang, wid, sid in pairs_all:
         _save_npz(st.path(f"pairs-{lang}.npz"), word_id=wid, sid=sid)
@@ -490,7 +482,7 @@ def _sentence_stats(cfg: BuildConfig, sel: Stage, out: str, offsets, pca_mod):
     task = ray.remote(num_cpus=0.5)(_pca_part)
     refs = [task.remote(url, storage.join(out, "step1"), chosen)
             for url in storage.find(sel.path("parts"))]
-    parts = _get(refs)
+    parts = get(refs)
     total = parts[0]
     for p in parts[1:]:
         total = total + p

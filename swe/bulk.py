@@ -267,6 +267,8 @@ def _plan(files: list[str], fmt: str, text_col: str, id_col: str | None
     tasks that run alongside the job, so the check costs no extra wall time on a busy cluster."""
     import ray
 
+    from swe.raysetup import get
+
     @ray.remote(num_cpus=0.25)
     def describe(index: int, path: str) -> tuple[list[dict], int]:
         with _open(path) as f:
@@ -295,20 +297,10 @@ def _plan(files: list[str], fmt: str, text_col: str, id_col: str | None
             tasks.append({"file_index": i, "path": path, "format": kind, "row_group": 0,
                           "row_offset": 0})
             counts.append(count.remote(path, kind))
-    for rg_tasks, n in _get(parquet):
+    for rg_tasks, n in get(parquet):
         tasks.extend(rg_tasks)
         counts.append(ray.put(n))
     return tasks, counts
-
-
-def _get(refs):
-    """``ray.get`` that re-raises a task's own exception (e.g. ``ValueError``) as itself."""
-    import ray
-
-    try:
-        return ray.get(refs)
-    except ray.exceptions.RayTaskError as e:
-        raise e.as_instanceof_cause() from None
 
 
 def _swap_into_place(staging: str, output: str) -> None:
@@ -353,7 +345,7 @@ def encode_files(
     import ray
 
     from swe.model import StaticModel
-    from swe.raysetup import init_ray, pyarrow_filesystem
+    from swe.raysetup import get, init_ray, pyarrow_filesystem
 
     if dtype not in ("float32", "float16"):
         raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
@@ -389,7 +381,7 @@ def encode_files(
         for p in parts:
             with fs.open(p, "rb") as f:
                 written += pq.ParquetFile(f).metadata.num_rows
-        total = sum(_get(counts))
+        total = sum(get(counts))
         if written != total:
             raise RuntimeError(f"wrote {written} rows for {total} input rows; the output at "
                                f"{output} was left unchanged")

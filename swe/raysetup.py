@@ -6,7 +6,7 @@ import os
 
 from swe import storage
 
-__all__ = ["init_ray", "pyarrow_filesystem"]
+__all__ = ["get", "init_ray", "pyarrow_filesystem"]
 
 
 def init_ray(**kwargs) -> None:
@@ -40,3 +40,14 @@ def pyarrow_filesystem(url: str):
     if storage.is_local(url):
         return LocalFileSystem(), os.path.abspath(path)
     return PyFileSystem(FSSpecHandler(fs)), path
+
+
+def get(refs):
+    """``ray.get`` that re-raises a task's own exception (e.g. ``ValueError``) as itself, so
+    users see the clear message the task raised rather than a wrapped ``RayTaskError``."""
+    import ray
+
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        raise e.as_instanceof_cause() from None
