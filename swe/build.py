@@ -67,17 +67,6 @@ def _wait_logged(name: str, pending: dict, on_done) -> None:
             last = now
 
 
-def _save_npz(url: str, **arrays: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    storage.write_bytes(url, buf.getvalue())
-
-
-def _load_npz(url: str) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(storage.read_bytes(url)), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
 def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
     """Run (or resume) the build; returns every stage's stats."""
     import ray
@@ -324,7 +313,7 @@ def _select(st: Stage, cfg: BuildConfig, teacher, vocab, sent_shards, sel_mod) -
         total_unique += sum(get(emits))
         pairs_all.append((lang, wid, sid))
     for lang, wid, sid in pairs_all:
-        _save_npz(st.path(f"pairs-{lang}.npz"), word_id=wid, sid=sid)
+        storage.save_npz(st.path(f"pairs-{lang}.npz"), word_id=wid, sid=sid)
     naive = sum(len(vocab[lang]) for lang in cfg.languages) * n
     st.stats.update(unique_sentences=total_unique, naive_encodes=naive,
                     encode_ratio=round(total_unique / max(naive, 1), 3),
@@ -402,7 +391,7 @@ def _extract(st: Stage, cfg: BuildConfig, teacher, vocab, offsets, sel: Stage, e
                                        f"{expected[key]} rows (a retried batch counted twice?)")
                 if part.sentences == expected[key]:
                     wid, sums, counts = part.result()
-                    _save_npz(st.path("partials", f"{key}.npz"), word_id=wid, sum=sums,
+                    storage.save_npz(st.path("partials", f"{key}.npz"), word_id=wid, sum=sums,
                               count=counts)
                     st.mark_shard(key, {"sentences": part.sentences,
                                         "vectors": int(counts.sum())})
@@ -440,7 +429,7 @@ def _assemble(st: Stage, cfg: BuildConfig, vocab, offsets):
     total = int(offsets[-1])
     sums, counts = None, np.zeros(total, np.int64)
     for url in storage.find(st.path("partials")):
-        z = _load_npz(url)
+        z = storage.load_npz(url)
         if sums is None:
             sums = np.zeros((total, z["sum"].shape[1]))
         sums[z["word_id"]] += z["sum"]
@@ -467,7 +456,7 @@ def _sentence_stats(cfg: BuildConfig, sel: Stage, out: str, offsets, pca_mod):
     rng = np.random.default_rng(cfg.seed)
     chosen = []
     for lang in cfg.languages:
-        z = _load_npz(sel.path(f"pairs-{lang}.npz"))
+        z = storage.load_npz(sel.path(f"pairs-{lang}.npz"))
         wid, sid = z["word_id"], z["sid"]
         per_word = np.bincount(wid)
         start = np.searchsorted(wid, np.arange(len(per_word)))

@@ -102,7 +102,8 @@ def expand_inputs(patterns: list[str]) -> list[str]:
 # -- reading (runs in Ray tasks) -------------------------------------------------------------
 
 
-def _open(path: str):
+def open_input(path: str):
+    """A binary stream of an input file (local or s3://), decompressed by its extension."""
     fs, p = storage.filesystem(path)
     _, comp = _split_compression(path)
     return fs.open(p, "rb", compression=comp)
@@ -123,11 +124,11 @@ def iter_lines(f, chunk_size: int = 1 << 22):
 def count_rows(path: str, fmt: str) -> int:
     """Rows a file holds: Parquet footer, or lines (JSONL: non-blank lines)."""
     if fmt == "parquet":
-        with _open(path) as f:
+        with open_input(path) as f:
             return pq.ParquetFile(f).metadata.num_rows
     n = 0
     last = b"\n"
-    with _open(path) as f:
+    with open_input(path) as f:
         if fmt == "text":
             while chunk := f.read(1 << 22):
                 n += chunk.count(b"\n")
@@ -141,7 +142,7 @@ def _text_chunks(path: str, fmt: str, text_col: str, id_col: str | None):
     texts: list = []
     ids: list = []
     bad = 0
-    with _open(path) as f:
+    with open_input(path) as f:
         for lineno, raw in enumerate(iter_lines(f), 1):
             if fmt == "jsonl" and not raw.strip():
                 continue
@@ -181,7 +182,7 @@ def read_task(batch: dict, text_col: str, id_col: str | None, stats) -> object:
     if fmt == "parquet":
         rg = int(batch["row_group"][0])
         cols = [text_col] + ([id_col] if id_col else [])
-        with _open(path) as f:
+        with open_input(path) as f:
             pf = pq.ParquetFile(f)
             for k, rb in enumerate(pf.iter_batches(batch_size=CHUNK_ROWS, row_groups=[rg],
                                                    columns=cols)):
@@ -271,7 +272,7 @@ def _plan(files: list[str], fmt: str, text_col: str, id_col: str | None
 
     @ray.remote(num_cpus=0.25)
     def describe(index: int, path: str) -> tuple[list[dict], int]:
-        with _open(path) as f:
+        with open_input(path) as f:
             pf = pq.ParquetFile(f)
             meta, names = pf.metadata, pf.schema_arrow.names
         for col in (text_col, id_col):

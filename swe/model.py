@@ -121,7 +121,7 @@ class StaticModel:
         self.vectors = vectors
         self.lowercase = bool(lowercase)
         self.tokenizer = _load_tokenizer(tokenizer)
-        self._unk = _unk_token(self.tokenizer)
+        self._unk = unk_token(self.tokenizer)
         self.provenance = dict(provenance or {})
         self._index = index
         self._base_codes = {w: (_SKIP if is_punctuation(w) else i) for w, i in index.items()}
@@ -356,7 +356,7 @@ class StaticModel:
                    languages=config["languages"], provenance=config.get("provenance"))
 
 
-def _unk_token(tokenizer: Any) -> str | None:
+def unk_token(tokenizer: Any) -> str | None:
     """The tokenizer's unknown token (WordPiece ``unk_token``, Unigram ``unk_id``), if any."""
     if tokenizer is None:
         return None

@@ -6,12 +6,14 @@ Credentials and endpoints come from the environment (``AWS_ACCESS_KEY_ID``,
 
 from __future__ import annotations
 
+import io
 import os
 
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["filesystem", "find", "is_local", "join", "read_bytes", "read_text", "write_bytes"]
+__all__ = ["filesystem", "find", "is_local", "join", "load_npz", "read_bytes", "read_text",
+           "save_npz", "write_bytes"]
 
 
 def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
@@ -68,3 +70,20 @@ def write_bytes(url: str, data: bytes) -> None:
         fs.makedirs(parent, exist_ok=True)
     with fs.open(path, "wb") as f:
         f.write(data)
+
+
+def save_npz(url: str, **arrays) -> None:
+    """Write numpy arrays as one ``.npz`` (no pickle)."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_bytes(url, buf.getvalue())
+
+
+def load_npz(url: str) -> dict:
+    """Arrays of an ``.npz`` written by :func:`save_npz` (pickle refused)."""
+    import numpy as np
+
+    with np.load(io.BytesIO(read_bytes(url)), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}

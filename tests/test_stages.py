@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from swe.stages import pca, selection
-from swe.stages.corpus import _write_parquet
+from swe.stages.corpus import write_parquet
 from swe.stages.extraction import align, length_batches
 from swe.text import language, units
 
@@ -82,7 +82,7 @@ def test_selection_heap_merge_equals_brute_force(tmp_path, data_dir):
         sl = slice(k * 300, (k + 1) * 300)
         sid = (np.int64(k) << 32) + np.arange(300, dtype=np.int64)
         path = str(tmp_path / f"s{k}.parquet")
-        _write_parquet(path, pa.table({"sid": sid, "text": texts[sl], "ntok": ntok[sl]}))
+        write_parquet(path, pa.table({"sid": sid, "text": texts[sl], "ntok": ntok[sl]}))
         shards.append(path)
         sids.extend(sid.tolist())
     words = ["the", "of", "and", "in", "was", "a", "is", "for", "on", "city", "zzzz"]

@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe import storage
-from swe.bulk import _open, input_format, iter_lines
+from swe.bulk import input_format, iter_lines, open_input
 from swe.text import split_sentences
 
 __all__ = ["load_tokenizer", "sentence_shard", "shard_file"]
 
 
-def _write_parquet(url: str, table: pa.Table) -> None:
+def write_parquet(url: str, table: pa.Table) -> None:
     buf = io.BytesIO()
     pq.write_table(table, buf, row_group_size=4096)
     storage.write_bytes(url, buf.getvalue())
@@ -38,13 +38,13 @@ def read_parquet(url: str, columns: list[str] | None = None) -> pa.Table:
 def _lines(path: str, fmt: str, text_column: str, stats: dict):
     """Non-blank lines (or Parquet/JSONL texts) of one input file, in order."""
     if fmt == "parquet":
-        with _open(path) as f:
+        with open_input(path) as f:
             for rb in pq.ParquetFile(f).iter_batches(columns=[text_column], batch_size=8192):
                 for t in rb.column(0).to_pylist():
                     if t and t.strip():
                         yield t.strip()
         return
-    with _open(path) as f:
+    with open_input(path) as f:
         for raw in iter_lines(f):
             try:
                 line = raw.decode("utf-8")
@@ -69,7 +69,7 @@ def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines
 
     def flush() -> None:
         url = f"{out_prefix}-{len(stats['shards']):05d}.parquet"
-        _write_parquet(url, pa.table({"text": pa.array(buf, pa.string())}))
+        write_parquet(url, pa.table({"text": pa.array(buf, pa.string())}))
         stats["shards"].append({"path": url, "lines": len(buf)})
         buf.clear()
 
@@ -112,7 +112,7 @@ def sentence_shard(src: str, dst: str, shard_id: int, teacher_dir: str, split: b
     keep = (ntok >= min_tokens) & (ntok <= max_tokens)
     idx = np.flatnonzero(keep)
     sid = (np.int64(shard_id) << 32) + np.arange(len(idx), dtype=np.int64)
-    _write_parquet(dst, pa.table({"sid": sid, "text": pa.array([sents[i] for i in idx]),
+    write_parquet(dst, pa.table({"sid": sid, "text": pa.array([sents[i] for i in idx]),
                                   "ntok": ntok[idx]}))
     return {"path": dst, "sentences": len(idx), "dropped_by_length": int((~keep).sum()),
             "lines": len(lines)}

@@ -113,9 +113,9 @@ class Extractor:
         self.teacher = Teacher(teacher_dir, device=device, threads=threads,
                                trust_remote_code=trust_remote_code)
         self.fast_tok = load_tokenizer(teacher_dir)
-        from swe.model import _unk_token
+        from swe.model import unk_token
 
-        self.unk = _unk_token(self.fast_tok)
+        self.unk = unk_token(self.fast_tok)
         self.vocab = vocab
         self.lang_offset = lang_offset
         self.budget = token_budget

@@ -14,13 +14,11 @@ C. the per-shard heaps merge into the global N shortest per word (the N smallest
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pyarrow as pa
 
 from swe import storage
-from swe.stages.corpus import _write_parquet, read_parquet
+from swe.stages.corpus import read_parquet, write_parquet
 from swe.stages.vocab import text_keys
 
 __all__ = ["candidate_pairs", "emit_selected", "merge_heaps", "quotas", "shard_df",
@@ -47,9 +45,7 @@ def shard_df(path: str, lang: str, teacher_dir: str, words: list[str],
     texts = read_parquet(path, ["text"]).column("text").to_pylist()
     rows, wids = candidate_pairs(texts, lang, teacher_dir, index)
     if pairs_out:
-        buf = io.BytesIO()
-        np.savez(buf, rows=rows, wids=wids)
-        storage.write_bytes(pairs_out, buf.getvalue())
+        storage.save_npz(pairs_out, rows=rows, wids=wids)
     return np.bincount(wids, minlength=len(words)).astype(np.int64)
 
 
@@ -75,8 +71,8 @@ def shard_heaps(path: str, lang: str, teacher_dir: str, words: list[str], quota:
     """Pass B: per word, the ``n`` shortest of its first ``quota[w]`` candidates in the shard."""
     table = read_parquet(path, ["sid", "ntok"] if pairs_in else ["sid", "text", "ntok"])
     if pairs_in:
-        with np.load(io.BytesIO(storage.read_bytes(pairs_in))) as z:
-            rows, wids = z["rows"], z["wids"]
+        z = storage.load_npz(pairs_in)
+        rows, wids = z["rows"], z["wids"]
     else:
         index = {w: i for i, w in enumerate(words)}
         rows, wids = candidate_pairs(table.column("text").to_pylist(), lang, teacher_dir, index)
@@ -116,5 +112,5 @@ def emit_selected(path: str, dst: str, lang: str, sids: np.ndarray, wids: np.nda
         "lang": pa.array([lang] * len(uniq), pa.string()),
         "word_ids": pa.array([g.tolist() for g in groups], pa.list_(pa.int32())),
     })
-    _write_parquet(dst, out)
+    write_parquet(dst, out)
     return len(uniq)

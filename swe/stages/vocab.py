@@ -29,9 +29,9 @@ def text_keys(texts: list[str], lang: str, teacher_dir: str | None):
 def _unk(tok) -> str | None:
     if tok is None:
         return None
-    from swe.model import _unk_token
+    from swe.model import unk_token
 
-    return _unk_token(tok)
+    return unk_token(tok)
 
 
 def partition_of(word: str, partitions: int) -> int:
