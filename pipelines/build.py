@@ -4,7 +4,8 @@
     ray job submit --working-dir . -- python pipelines/build.py --config pipelines/configs/en.toml \
         --output s3://bucket/models/en
 
-Stages: corpus → sentences → vocab → selection → extraction → pca (see swe/build.py). A rerun
+Stages: corpus → sentences → vocab → selection → extraction → pca → train_data → refine
+(see swe/build.py). A rerun
 with the same output resumes: finished stages and shards are skipped. --until STAGE stops early.
 The config is validated before any work starts.
 """

@@ -1,15 +1,17 @@
-"""The build: corpus → sentences → vocab → selection → extraction → PCA → model.
+"""The build: corpus → sentences → vocab → selection → extraction → PCA → train_data → refine.
 
 Each stage writes under ``<output>/work/<stage>/`` with a completion marker holding the hash of
 the config that produced it (and of every upstream stage), so a rerun skips finished stages and,
-inside long stages, finished shards. ``until`` stops after a stage. Step 1 (raw extracted vectors)
-and step 2 (after PCA) are saved as StaticModels under ``<output>/step1`` and ``<output>/step2``;
-``<output>/model`` is the final model.
+inside long stages, finished shards. ``until`` stops after a stage. Step 1 (raw extracted vectors),
+step 2 (after PCA) and step 3 (refined) are saved as StaticModels under ``<output>/step1``,
+``<output>/step2`` and ``<output>/step3``; ``<output>/model`` is the last finished step, and
+``<output>/refinement/`` holds the training curves.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import math
 import time
@@ -27,7 +29,8 @@ from swe.raysetup import get
 __all__ = ["STAGES", "run_build"]
 
 log = logging.getLogger("swe.build")
-STAGES = ["corpus", "sentences", "vocab", "selection", "extraction", "pca"]
+STAGES = ["corpus", "sentences", "vocab", "selection", "extraction", "pca", "train_data",
+          "refine"]
 
 
 def _sharded(stage: Stage, jobs: list[tuple[str, object]]) -> list[dict]:
@@ -246,7 +249,137 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
             model.save(storage.join(out, "step2"))
             model.save(storage.join(out, "model"))
     report["pca"] = st.done_stats()
+    if until == "pca" or cfg.refine.objective == "none":
+        return report
+
+    # -- refinement data ----------------------------------------------------------------------
+    st = Stage(out, "train_data", hashes["train_data"])
+    if not st.done():
+        with st.run():
+            _train_data(st, cfg, teacher, sel)
+    report["train_data"] = st.done_stats()
+    data = st
+    if until == "train_data":
+        return report
+
+    # -- refinement on Ray Train ----------------------------------------------------------------
+    from swe.stages import refine as refine_mod
+
+    st = Stage(out, "refine", hashes["refine"])
+    if not st.done():
+        with st.run():
+            runs = cfg.refine.storage or st.path("runs")
+            best, state = refine_mod.run_training(
+                storage.join(out, "step2"), data.path("train.parquet"), data.path("dev.parquet"),
+                runs, f"refine-{hashes['refine']}", cfg.refine, cfg.seed)
+            step2 = StaticModel.load(storage.join(out, "step2"))
+            model = StaticModel.from_vectors(step2.words, best, tokenizer=teacher,
+                                             language=cfg.languages,
+                                             provenance=_provenance(cfg, "step3"))
+            model.save(storage.join(out, "step3"))
+            model.save(storage.join(out, "model"))
+            curves = storage.join(out, "refinement")
+            storage.write_bytes(storage.join(curves, "history.json"),
+                                json.dumps(state, indent=1).encode())
+            refine_mod.plot_history(state, storage.join(curves, "loss.png"))
+            h = state["history"]
+            st.stats.update(steps=state["step"], best_step=state["best_step"],
+                            best_dev_loss=round(state["best_loss"], 5),
+                            first_dev_loss=round(h[0]["dev_loss"], 5),
+                            resumed_at=state["resumed_at"], train_rows=state["train_rows"],
+                            dev_rows=state["dev_rows"],
+                            early_stopped=state["step"] < cfg.refine.max_steps)
+    report["refine"] = st.done_stats()
     return report
+
+
+def _train_data(st: Stage, cfg: BuildConfig, teacher: str, sel: Stage) -> None:
+    """Training/validation rows for the objective, with teacher embeddings where it needs them."""
+    import ray
+
+    from swe.bulk import expand_inputs
+    from swe.config import pair_languages
+    from swe.stages import train_data as td
+    from swe.stages.corpus import read_pairs, write_parquet
+
+    r = cfg.refine
+    rng = np.random.default_rng(cfg.seed)
+    if r.objective == "distill":
+        train_sids, dev_sids = [], []
+        for lang in cfg.languages:
+            z = storage.load_npz(sel.path(f"pairs-{lang}.npz"))
+            tr, dv = td.sample_sentences(z["word_id"], z["sid"], r.min_sentences,
+                                         r.train_per_word, r.dev_per_word, r.dev_max, rng)
+            train_sids.append(tr)
+            dev_sids.append(dv)
+        tr, dv = np.concatenate(train_sids), np.concatenate(dev_sids)
+        if len(dv) > r.dev_max:
+            dv = np.sort(rng.choice(dv, r.dev_max, replace=False))
+        task = ray.remote(num_cpus=0.5)(td.pick_texts)
+        wanted = np.union1d(tr, dv)
+        found = pa.concat_tables(get([task.remote(u, wanted)
+                                      for u in storage.find(sel.path("parts"))]))
+        sid = found.column("sid").to_numpy()
+        train = pa.table({"src": found.filter(pa.array(np.isin(sid, tr))).column("text")})
+        dev = pa.table({"src": found.filter(pa.array(np.isin(sid, dv))).column("text")})
+        st.stats.update(words_sampled=int(len(tr) and (len(tr) / r.train_per_word)))
+    else:
+        read = ray.remote(num_cpus=0.5)(read_pairs)
+        jobs = [(key, read.remote(path, *pair_languages(key)))
+                for key, p in cfg.pairs.items() for path in expand_inputs(p.paths)]
+        src, tgt, which, skipped = [], [], [], 0
+        for key, ref in jobs:
+            xs, ys, bad = get(ref)
+            src += xs
+            tgt += ys
+            which += [key] * len(xs)
+            skipped += bad
+        if not src:
+            raise ValueError("no translation pair found in [pairs] files")
+        train, dev = td.split_pairs(src, tgt, which, r.dev_max, rng)
+        st.stats.update(pairs_skipped=skipped,
+                        pairs={k: which.count(k) for k in cfg.pairs})
+    if r.objective in ("distill", "kd"):
+        train, dev = _with_teacher(cfg, teacher, train, dev, td)
+    write_parquet(st.path("train.parquet"), train)
+    write_parquet(st.path("dev.parquet"), dev)
+    st.stats.update(train_rows=len(train), dev_rows=len(dev))
+    if len(train) < r.batch_size or len(dev) < 2:
+        raise ValueError(f"only {len(train)} training / {len(dev)} validation rows for "
+                         f"refine.batch_size = {r.batch_size}: use more corpus or pairs, or "
+                         "lower refine.min_sentences / batch_size")
+
+
+def _with_teacher(cfg: BuildConfig, teacher: str, train: pa.Table, dev: pa.Table, td):
+    """Add the teacher's sentence embedding of ``src`` as a ``teacher`` column (one Ray Data
+    actor job over both splits)."""
+    import ray
+
+    from swe.stages.extraction import actor_count
+
+    ex = cfg.extraction
+    texts = train.column("src").to_pylist() + dev.column("src").to_pylist()
+    items = pa.table({"row": np.arange(len(texts)), "text": pa.array(texts, pa.string())})
+    blocks = max(1, math.ceil(len(texts) / ex.batch_size))
+    ds = ray.data.from_arrow(items).repartition(blocks).map_batches(
+        td.TeacherEmbedder, batch_size=ex.batch_size, batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(
+            size=actor_count(ex.actors, ex.gpus_per_actor, ex.threads_per_actor)),
+        num_cpus=ex.cpus_per_actor, num_gpus=ex.gpus_per_actor or None,
+        fn_constructor_kwargs={"teacher_dir": teacher, "token_budget": ex.token_budget,
+                               "threads": ex.threads_per_actor,
+                               "trust_remote_code": cfg.trust_remote_code})
+    t0 = time.perf_counter()
+    got = pa.concat_tables(list(ds.iter_batches(batch_format="pyarrow", batch_size=None)))
+    got = got.sort_by("row")
+    if got.num_rows != len(texts) or got.column("row").to_numpy()[-1] != len(texts) - 1:
+        raise RuntimeError(f"teacher embeddings: {got.num_rows} rows back for {len(texts)}")
+    log.info("[train_data] teacher embedded %d sentences in %.0fs", len(texts),
+             time.perf_counter() - t0)
+    emb = got.column("teacher").combine_chunks()
+    n = len(train)
+    return (train.append_column("teacher", emb.slice(0, n)),
+            dev.append_column("teacher", emb.slice(n)))
 
 
 def stage_hashes(cfg: BuildConfig, teacher: str) -> dict[str, str]:
@@ -259,6 +392,12 @@ def stage_hashes(cfg: BuildConfig, teacher: str) -> dict[str, str]:
     upstream = h["vocab"] if cfg.extraction.mode == "model2vec" else h["selection"]
     h["extraction"] = stage_hash("extraction", upstream, cfg.extraction.mode)
     h["pca"] = stage_hash("pca", h["extraction"], cfg.pca, cfg.seed)
+    r = cfg.refine
+    data_from = h["selection"] if r.objective == "distill" else sorted(cfg.pairs.items())
+    h["train_data"] = stage_hash("train_data", data_from, teacher, cfg.seed, r.objective,
+                                 r.min_sentences, r.train_per_word, r.dev_per_word, r.dev_max)
+    h["refine"] = stage_hash("refine", h["pca"], h["train_data"], r.batch_size, r.lr, r.clip,
+                             r.tau, r.max_steps, r.eval_every, r.patience, r.workers)
     return h
 
 

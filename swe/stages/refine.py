@@ -1,0 +1,267 @@
+"""Step 3: refine the word vectors on Ray Train (only the vectors train; the teacher is frozen).
+
+The student is the static model itself: a sentence vector is the mean of its word rows
+(``embedding_bag``), so the trained matrix drops straight back into a ``StaticModel``. Each
+worker reads the refinement data (texts + teacher embeddings, or translation pairs), maps texts
+to vocabulary rows with the same rule as inference, and runs Adam with gradient clipping.
+Every ``eval_every`` steps the validation loss is computed and a checkpoint (current and best
+matrix, Adam moments, counters, history) is reported to the run's storage; a restarted worker
+or a rerun build resumes from it. Early stopping after ``patience`` evaluations without a better
+validation loss; the best matrix is the result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+
+import numpy as np
+
+from swe import storage
+
+__all__ = ["plot_history", "run_training", "train_loop"]
+
+log = logging.getLogger("swe.build")
+
+
+# -- data ---------------------------------------------------------------------------------------
+
+
+class _Column:
+    """A text column as vocabulary rows: flat ids + offsets (CSR)."""
+
+    def __init__(self, model, texts: list[str]) -> None:
+        ids = model.word_ids(texts)
+        self.lengths = np.array([len(x) for x in ids], np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
+        self.ids = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
+
+    def bag(self, rows: np.ndarray):
+        """Torch ``(ids, offsets)`` for ``embedding_bag`` over ``rows``."""
+        import torch
+
+        a, b = self.offsets[rows], self.offsets[rows + 1]
+        flat = np.concatenate([self.ids[i:j] for i, j in zip(a, b, strict=True)])
+        offs = np.concatenate([[0], np.cumsum(b - a)[:-1]])
+        return torch.from_numpy(flat), torch.from_numpy(offs)
+
+
+class _Split:
+    """One split (train or dev): texts as id columns, teacher embeddings if any; rows whose
+    texts have no known word are dropped (they would be zero vectors)."""
+
+    def __init__(self, url: str, model) -> None:
+        from swe.stages.corpus import read_parquet
+
+        t = read_parquet(url)
+        self.src = _Column(model, t.column("src").to_pylist())
+        self.tgt = _Column(model, t.column("tgt").to_pylist()) if "tgt" in t.column_names \
+            else None
+        keep = self.src.lengths > 0
+        if self.tgt is not None:
+            keep &= self.tgt.lengths > 0
+        self.rows = np.flatnonzero(keep)
+        self.teacher = None
+        if "teacher" in t.column_names:
+            col = t.column("teacher").combine_chunks()
+            self.teacher = col.values.to_numpy().reshape(len(t), -1).astype(np.float32)
+        self.dropped = int((~keep).sum())
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _loss(objective: str, weight, split: _Split, rows: np.ndarray, tau: float):
+    import torch
+    import torch.nn.functional as F
+
+    from swe import losses
+
+    def enc(col):
+        ids, offs = col.bag(rows)
+        return F.embedding_bag(ids.to(weight.device), weight, offs.to(weight.device),
+                               mode="mean")
+
+    if objective == "distill":
+        teacher = torch.from_numpy(split.teacher[rows]).to(weight.device)
+        return losses.distillation_loss(enc(split.src), teacher, tau)
+    if objective == "contrastive":
+        return losses.contrastive_loss(enc(split.src), enc(split.tgt), tau)
+    if objective == "kd":
+        teacher = torch.from_numpy(split.teacher[rows]).to(weight.device)
+        return losses.kd_loss(enc(split.src), enc(split.tgt), teacher, tau)
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+
+def _save_state(directory: str, weight, best, opt, state: dict) -> None:
+    from safetensors.torch import save_file
+
+    moments = opt.state.get(weight, {})
+    tensors = {"weight": weight.detach().cpu().contiguous(), "best": best.cpu().contiguous()}
+    if moments:
+        tensors["exp_avg"] = moments["exp_avg"].cpu().contiguous()
+        tensors["exp_avg_sq"] = moments["exp_avg_sq"].cpu().contiguous()
+        state = {**state, "adam_step": float(moments["step"])}
+    save_file(tensors, os.path.join(directory, "state.safetensors"))
+    with open(os.path.join(directory, "state.json"), "w") as f:
+        json.dump(state, f)
+
+
+def _load_state(directory: str) -> tuple[dict, dict]:
+    from safetensors.torch import load_file
+
+    with open(os.path.join(directory, "state.json")) as f:
+        state = json.load(f)
+    return load_file(os.path.join(directory, "state.safetensors")), state
+
+
+# -- the loop each Ray Train worker runs ---------------------------------------------------------
+
+
+def train_loop(config: dict) -> None:
+    """Ray Train worker loop (``config`` from :func:`run_training`)."""
+    import ray.train
+    import torch
+
+    from swe.model import StaticModel
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.set_num_threads(max(1, int(config["threads"])))
+    torch.manual_seed(config["seed"])
+    device = ray.train.torch.get_device() if config["use_gpu"] else torch.device("cpu")
+    model = StaticModel.load(config["init_model"])
+    train = _Split(config["train"], model)
+    dev = _Split(config["dev"], model)
+    B, obj, tau = config["batch_size"], config["objective"], config["tau"]
+    if len(train) < B * world or len(dev) < 2:
+        raise ValueError(f"refinement needs at least batch_size x workers = {B * world} training "
+                         f"rows and 2 validation rows; have {len(train)} and {len(dev)}")
+
+    weight = torch.nn.Parameter(torch.from_numpy(model.vectors.copy()).to(device))
+    opt = torch.optim.Adam([weight], lr=config["lr"])
+    best = weight.detach().clone()
+    state = {"step": 0, "best_loss": None, "best_step": 0, "bad": 0, "history": [],
+             "resumed_at": [], "train_rows": len(train), "dev_rows": len(dev)}
+    ckpt = ray.train.get_checkpoint()
+    if ckpt:
+        with ckpt.as_directory() as d:
+            tensors, state = _load_state(d)
+        with torch.no_grad():
+            weight.copy_(tensors["weight"].to(device))
+        best = tensors["best"].to(device)
+        if "exp_avg" in tensors:  # restore Adam's moments so the run continues, not restarts
+            opt.state[weight] = {"step": torch.tensor(state["adam_step"]),
+                                 "exp_avg": tensors["exp_avg"].to(device),
+                                 "exp_avg_sq": tensors["exp_avg_sq"].to(device)}
+        state["resumed_at"].append(state["step"])
+
+    def dev_loss() -> float:
+        with torch.no_grad():
+            vals = [float(_loss(obj, weight, dev, dev.rows[i:i + B], tau))
+                    for i in range(0, len(dev) - 1, B) if len(dev.rows[i:i + B]) >= 2]
+        return float(np.mean(vals))
+
+    per_epoch = len(train) // (B * world)
+    since: list[float] = []
+    while state["step"] < config["max_steps"] and state["bad"] < config["patience"]:
+        epoch, pos = divmod(state["step"], per_epoch)
+        perm = np.random.default_rng([config["seed"], epoch]).permutation(train.rows)
+        rows = perm[rank::world][pos * B:(pos + 1) * B]
+        loss = _loss(obj, weight, train, rows, tau)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        if world > 1:
+            torch.distributed.all_reduce(weight.grad)
+            weight.grad /= world
+        torch.nn.utils.clip_grad_norm_(weight, config["clip"])
+        opt.step()
+        state["step"] += 1
+        since.append(float(loss))
+        if state["step"] % config["eval_every"] and state["step"] < config["max_steps"]:
+            continue
+        d = dev_loss()
+        if state["best_loss"] is None or d < state["best_loss"]:
+            state.update(best_loss=d, best_step=state["step"], bad=0)
+            best = weight.detach().clone()
+        else:
+            state["bad"] += 1
+        entry = {"step": state["step"], "train_loss": float(np.mean(since)), "dev_loss": d}
+        state["history"].append(entry)
+        since = []
+        metrics = {**entry, "best_dev_loss": state["best_loss"], "best_step": state["best_step"]}
+        with tempfile.TemporaryDirectory() as tmp:
+            checkpoint = None
+            if rank == 0:
+                _save_state(tmp, weight, best, opt, state)
+                checkpoint = ray.train.Checkpoint.from_directory(tmp)
+            ray.train.report(metrics, checkpoint=checkpoint)
+
+
+# -- the driver side ---------------------------------------------------------------------------
+
+
+def run_training(init_model: str, train_url: str, dev_url: str, run_storage: str,
+                 run_name: str, refine, seed: int) -> tuple[np.ndarray, dict]:
+    """Run (or resume) the Ray Train job; returns ``(best matrix, final state)``."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from swe.raysetup import pyarrow_filesystem
+
+    fs, path = pyarrow_filesystem(run_storage)
+    use_gpu = refine.gpus_per_worker > 0
+    resources = {"CPU": refine.cpus_per_worker}
+    if use_gpu:
+        resources["GPU"] = refine.gpus_per_worker
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"init_model": init_model, "train": train_url, "dev": dev_url,
+                           "objective": refine.objective, "batch_size": refine.batch_size,
+                           "lr": refine.lr, "clip": refine.clip, "tau": refine.tau,
+                           "max_steps": refine.max_steps, "eval_every": refine.eval_every,
+                           "patience": refine.patience, "seed": seed, "use_gpu": use_gpu,
+                           "threads": max(1, int(refine.cpus_per_worker))},
+        scaling_config=ScalingConfig(num_workers=refine.workers, use_gpu=use_gpu,
+                                     resources_per_worker=resources),
+        run_config=RunConfig(name=run_name, storage_path=path, storage_filesystem=fs,
+                             failure_config=FailureConfig(max_failures=refine.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+    )
+    result = trainer.fit()
+    if result.checkpoint is None:
+        raise RuntimeError("refinement finished without a checkpoint: no evaluation ran")
+    with result.checkpoint.as_directory() as d:
+        tensors, state = _load_state(d)
+    return tensors["best"].float().numpy(), state
+
+
+def plot_history(state: dict, url: str) -> None:
+    """The training and validation loss curves as a PNG (best step marked)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h = state["history"]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    ax.plot([e["step"] for e in h], [e["train_loss"] for e in h], label="train")
+    ax.plot([e["step"] for e in h], [e["dev_loss"] for e in h], label="validation")
+    ax.axvline(state["best_step"], color="grey", linestyle=":", label="best")
+    for s in state.get("resumed_at", []):
+        ax.axvline(s, color="red", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    storage.write_bytes(url, buf.getvalue())
