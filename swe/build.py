@@ -101,8 +101,9 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
                 c = cfg.corpus[lang]
                 for i, path in enumerate(expand_inputs(c.paths)):
                     prefix = st.path(lang, f"f{i:04d}")
-                    jobs.append((f"{lang}-f{i:04d}", lambda p=path, c=c, x=prefix: shard.remote(
-                        p, c.format, c.text_column, x, c.max_lines, c.shard_lines)))
+                    fmt, col = corpus_mod.tsv_column(path, c.format, c.text_column, lang)
+                    jobs.append((f"{lang}-f{i:04d}", lambda p=path, c=c, x=prefix, f=fmt, t=col:
+                                 shard.remote(p, f, t, x, c.max_lines, c.shard_lines)))
             results = _sharded(st, jobs)
             shards: dict[str, list] = {lang: [] for lang in cfg.languages}
             for (key, _), r in zip(jobs, results, strict=True):

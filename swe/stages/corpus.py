@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +21,7 @@ from swe import storage
 from swe.bulk import input_format, iter_lines, open_input
 from swe.text import split_sentences
 
-__all__ = ["load_tokenizer", "read_pairs", "sentence_shard", "shard_file"]
+__all__ = ["load_tokenizer", "read_pairs", "sentence_shard", "shard_file", "tsv_column"]
 
 
 def write_parquet(url: str, table: pa.Table) -> None:
@@ -68,6 +69,14 @@ def _lines(path: str, fmt: str, text_column: str, stats: dict):
             line = line.strip()
             if line:
                 yield line
+
+
+def tsv_column(path: str, fmt: str, text_column: str, lang: str) -> tuple[str, str]:
+    """``(format, column)`` for a corpus file: a ``.tsv`` file (e.g. a parallel corpus with an
+    ``en<TAB>de`` header) read with ``format = "auto"`` gives its ``lang`` column."""
+    if fmt == "auto" and re.search(r"\.tsv(\.[a-z0-9]+)?$", path):
+        return "tsv", lang if text_column == "text" else text_column
+    return fmt, text_column
 
 
 def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines: int,

@@ -1,0 +1,63 @@
+"""Evaluation metrics against hand-computed cases, blocked top-k against brute force, tasks on
+the real data."""
+
+import numpy as np
+import pytest
+
+from swe import evaluate as ev
+
+
+def test_spearman_with_ties_by_hand():
+    # x ranks: 1, 2.5, 2.5, 4; y ranks: 1, 2, 3, 4 -> Pearson of ranks
+    x, y = [1.0, 2.0, 2.0, 3.0], [10.0, 20.0, 30.0, 40.0]
+    rx, ry = np.array([1, 2.5, 2.5, 4]), np.array([1, 2, 3, 4.0])
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    expected = (rx * ry).sum() / np.sqrt((rx**2).sum() * (ry**2).sum())
+    assert ev.spearman(x, y) == pytest.approx(expected)
+    assert expected == pytest.approx(4.5 / np.sqrt(4.5 * 5))
+    assert ev.spearman([3, 2, 1], [1, 2, 3]) == pytest.approx(-1)
+    assert ev.spearman([1, 1, 1], [1, 2, 3]) == 0.0
+
+
+def test_macro_f1_by_hand():
+    gold = [0, 1, 2, 3]
+    pred = [0, 1, 1, 3]
+    # class 0: f1 1; class 1: tp1 fp1 -> 2/3; class 2: tp0 fn1 -> 0; class 3: 1
+    assert ev.macro_f1(gold, pred) == pytest.approx((1 + 2 / 3 + 0 + 1) / 4)
+
+
+@pytest.mark.parametrize("k,block", [(1, 7), (5, 16), (3, 1000)])
+def test_blocked_top_k_equals_brute_force(k, block):
+    rng = np.random.default_rng(0)
+    q, keys = rng.normal(size=(53, 8)), rng.normal(size=(71, 8))
+    s, i = ev.top_k(q, keys, k, block=block)
+    qn = q / np.linalg.norm(q, axis=1, keepdims=True)
+    kn = keys / np.linalg.norm(keys, axis=1, keepdims=True)
+    sims = qn @ kn.T
+    brute = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    assert (i == brute).all()
+    assert np.allclose(s, np.take_along_axis(sims, brute, 1), atol=1e-5)
+
+
+def test_read_sts_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        ev.read_sts(tmp_path / "missing.tsv")
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence1\tsentence2\nA\tB\n")
+    with pytest.raises(ValueError, match="score"):
+        ev.read_sts(bad)
+    bad.write_text("sentence1\tsentence2\tscore\nA\tB\tfive\nC\tD\t1\n")
+    with pytest.raises(ValueError, match="bad.tsv:2"):
+        ev.read_sts(bad)
+    ok = tmp_path / "ok.csv"
+    ok.write_text('sentence1,sentence2,score\n"A, b",B,1\nC,D,2.5\n')
+    a, b, s = ev.read_sts(ok)
+    assert a == ["A, b", "C"] and list(s) == [1.0, 2.5]
+
+
+def test_stsb_and_tatoeba_on_real_data(data_dir, glove):
+    dev = ev.sts(glove, data_dir / "eval/sts/stsb/dev.tsv")
+    assert 45 < dev < 65  # GloVe-50d mean: ~54 on STS-B dev
+    r = ev.tatoeba(glove, "deu", data_dir / "eval/tatoeba_v1")
+    assert set(r) == {"acc", "acc_deu_eng", "acc_eng_deu", "f1"}
+    assert 0 <= r["f1"] <= 100 and r["acc"] < 60  # an English-only model is poor at German
