@@ -85,8 +85,9 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
     if until is not None and until not in STAGES:
         raise ValueError(f"--until {until!r}: choose one of {', '.join(STAGES)}")
     init_ray()
-    out = cfg.output.rstrip("/")
-    teacher = cfg.teacher_dir()
+    # Absolute local paths: Ray Train workers do not run in the driver's directory.
+    out = _absolute(cfg.output.rstrip("/"))
+    teacher = _absolute(cfg.teacher_dir())
     report: dict[str, dict] = {}
     m2v = cfg.extraction.mode == "model2vec"
 
@@ -286,7 +287,8 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
             h = state["history"]
             st.stats.update(steps=state["step"], best_step=state["best_step"],
                             best_dev_loss=round(state["best_loss"], 5),
-                            first_dev_loss=round(h[0]["dev_loss"], 5),
+                            initial_dev_loss=round(state["initial_dev_loss"], 5),
+                            first_eval_dev_loss=round(h[0]["dev_loss"], 5),
                             resumed_at=state["resumed_at"], train_rows=state["train_rows"],
                             dev_rows=state["dev_rows"],
                             early_stopped=state["step"] < cfg.refine.max_steps)
@@ -323,7 +325,6 @@ def _train_data(st: Stage, cfg: BuildConfig, teacher: str, sel: Stage) -> None:
         sid = found.column("sid").to_numpy()
         train = pa.table({"src": found.filter(pa.array(np.isin(sid, tr))).column("text")})
         dev = pa.table({"src": found.filter(pa.array(np.isin(sid, dv))).column("text")})
-        st.stats.update(words_sampled=int(len(tr) and (len(tr) / r.train_per_word)))
     else:
         read = ray.remote(num_cpus=0.5)(read_pairs)
         jobs = [(key, read.remote(path, *pair_languages(key)))
@@ -381,6 +382,12 @@ def _with_teacher(cfg: BuildConfig, teacher: str, train: pa.Table, dev: pa.Table
     n = len(train)
     return (train.append_column("teacher", emb.slice(0, n)),
             dev.append_column("teacher", emb.slice(n)))
+
+
+def _absolute(url: str) -> str:
+    import os
+
+    return os.path.abspath(url) if storage.is_local(url) else url
 
 
 def stage_hashes(cfg: BuildConfig, teacher: str) -> dict[str, str]:

@@ -105,6 +105,7 @@ class RefineConfig:
     max_steps: int = 30_000
     eval_every: int = 40
     patience: int = 5  # evaluations without a better validation loss before stopping
+    checkpoint_every: int = 200  # steps; a checkpoint holds 4 matrices of V x d'
     workers: int = 1  # Ray Train workers (data parallel)
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
@@ -354,9 +355,10 @@ def _validate_refine(cfg: BuildConfig, errors: list[str], check_paths: bool) -> 
     if r.objective == "distill" and cfg.extraction.mode != "sentence":
         errors.append("refine.objective = 'distill' samples the selected sentences: it needs "
                       "extraction.mode = 'sentence'")
-    if min(r.batch_size, r.max_steps, r.eval_every, r.patience, r.workers) < 1:
-        errors.append("refine: batch_size, max_steps, eval_every, patience and workers must "
-                      "be >= 1")
+    if min(r.batch_size, r.max_steps, r.eval_every, r.patience, r.workers,
+           r.checkpoint_every) < 1:
+        errors.append("refine: batch_size, max_steps, eval_every, patience, workers and "
+                      "checkpoint_every must be >= 1")
     if r.batch_size < 2:
         errors.append("refine.batch_size must be >= 2 (in-batch negatives)")
     if r.lr <= 0 or r.tau <= 0 or r.clip <= 0:

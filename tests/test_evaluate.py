@@ -47,11 +47,12 @@ def test_read_sts_errors(tmp_path):
     with pytest.raises(ValueError, match="score"):
         ev.read_sts(bad)
     bad.write_text("sentence1\tsentence2\tscore\nA\tB\tfive\nC\tD\t1\n")
-    with pytest.raises(ValueError, match="bad.tsv:2"):
+    with pytest.raises(ValueError, match=r"bad\.tsv:2"):
         ev.read_sts(bad)
     ok = tmp_path / "ok.csv"
     ok.write_text('sentence1,sentence2,score\n"A, b",B,1\nC,D,2.5\n')
     a, b, s = ev.read_sts(ok)
+    assert b == ["B", "D"]
     assert a == ["A, b", "C"] and list(s) == [1.0, 2.5]
 
 

@@ -4,9 +4,10 @@ The student is the static model itself: a sentence vector is the mean of its wor
 (``embedding_bag``), so the trained matrix drops straight back into a ``StaticModel``. Each
 worker reads the refinement data (texts + teacher embeddings, or translation pairs), maps texts
 to vocabulary rows with the same rule as inference, and runs Adam with gradient clipping.
-Every ``eval_every`` steps the validation loss is computed and a checkpoint (current and best
-matrix, Adam moments, counters, history) is reported to the run's storage; a restarted worker
-or a rerun build resumes from it. Early stopping after ``patience`` evaluations without a better
+Every ``eval_every`` steps the validation loss is computed and reported; every
+``checkpoint_every`` steps (and when training stops) a checkpoint (current and best matrix, Adam
+moments, counters, history) goes to the run's storage; a restarted worker or a rerun build
+resumes from it. Early stopping after ``patience`` evaluations without a better
 validation loss; the best matrix is the result.
 """
 
@@ -167,6 +168,9 @@ def train_loop(config: dict) -> None:
                     for i in range(0, len(dev) - 1, B) if len(dev.rows[i:i + B]) >= 2]
         return float(np.mean(vals))
 
+    if not ckpt:
+        state["initial_dev_loss"] = dev_loss()
+    last_saved = state["step"]
     per_epoch = len(train) // (B * world)
     since: list[float] = []
     while state["step"] < config["max_steps"] and state["bad"] < config["patience"]:
@@ -195,12 +199,16 @@ def train_loop(config: dict) -> None:
         state["history"].append(entry)
         since = []
         metrics = {**entry, "best_dev_loss": state["best_loss"], "best_step": state["best_step"]}
+        stopping = state["step"] >= config["max_steps"] or state["bad"] >= config["patience"]
+        due = state["step"] - last_saved >= config["checkpoint_every"] or stopping
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
-            if rank == 0:
+            if rank == 0 and due:
                 _save_state(tmp, weight, best, opt, state)
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report(metrics, checkpoint=checkpoint)
+        if due:
+            last_saved = state["step"]
 
 
 # -- the driver side ---------------------------------------------------------------------------
@@ -226,6 +234,7 @@ def run_training(init_model: str, train_url: str, dev_url: str, run_storage: str
                            "lr": refine.lr, "clip": refine.clip, "tau": refine.tau,
                            "max_steps": refine.max_steps, "eval_every": refine.eval_every,
                            "patience": refine.patience, "seed": seed, "use_gpu": use_gpu,
+                           "checkpoint_every": refine.checkpoint_every,
                            "threads": max(1, int(refine.cpus_per_worker))},
         scaling_config=ScalingConfig(num_workers=refine.workers, use_gpu=use_gpu,
                                      resources_per_worker=resources),
@@ -254,6 +263,8 @@ def plot_history(state: dict, url: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
     ax.plot([e["step"] for e in h], [e["train_loss"] for e in h], label="train")
     ax.plot([e["step"] for e in h], [e["dev_loss"] for e in h], label="validation")
+    if "initial_dev_loss" in state:
+        ax.plot([0], [state["initial_dev_loss"]], "o", color="C1", label="before training")
     ax.axvline(state["best_step"], color="grey", linestyle=":", label="best")
     for s in state.get("resumed_at", []):
         ax.axvline(s, color="red", linestyle="--", linewidth=0.8)

@@ -1,0 +1,125 @@
+"""Step 3 on real Ray Train with the real MiniLM teacher: distillation lowers the validation
+loss, a killed Train worker resumes from its checkpoint, and a bilingual build trains on pairs."""
+
+import json
+import lzma
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from swe import StaticModel, storage
+from swe.build import run_build
+from swe.config import load_config
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=6",
+         "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2400",
+         "corpus.en.shard_lines=1200", "extraction.batch_size=128",
+         "extraction.job_sentences=1000", "refine.batch_size=32", "refine.eval_every=5",
+         "refine.checkpoint_every=5",
+         "refine.cpus_per_worker=0.5"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, data_dir):
+    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.02.txt.xz", "rt") as f:
+        lines = [next(f) for _ in range(2400)]
+    path = tmp_path_factory.mktemp("refine-corpus") / "en.txt"
+    path.write_text("".join(lines))
+    return path
+
+
+def _cfg(output, corpus, extra=()):
+    return load_config("pipelines/configs/quickstart.toml",
+                       [*SMALL, f"corpus.en.paths=['{corpus}']", "refine.objective='distill'",
+                        *extra], output=str(output))
+
+
+def _history(output) -> dict:
+    return json.loads(storage.read_text(f"{output}/refinement/history.json"))
+
+
+def test_distillation_lowers_validation_loss(tmp_path, corpus):
+    out = tmp_path / "distill"
+    report = run_build(_cfg(out, corpus, ["refine.max_steps=60", "refine.patience=100"]))
+    data, r = report["train_data"], report["refine"]
+    assert data["train_rows"] > 200 and 0 < data["dev_rows"] <= 150
+    assert r["steps"] == 60 and r["resumed_at"] == []
+    assert r["best_dev_loss"] < r["initial_dev_loss"] - 0.01
+    h = _history(out)
+    assert [e["step"] for e in h["history"]] == list(range(5, 61, 5))
+    assert (out / "refinement/loss.png").read_bytes()[:4] == b"\x89PNG"
+    step2, step3 = StaticModel.load(out / "step2"), StaticModel.load(out / "step3")
+    final = StaticModel.load(out / "model")
+    assert step3.words == step2.words and np.array_equal(final.vectors, step3.vectors)
+    assert not np.allclose(step3.vectors, step2.vectors)
+    assert json.loads((out / "step3/config.json").read_text())["provenance"]["step"] == "step3"
+    # The best checkpoint is what was exported, and a rerun is a no-op.
+    again = run_build(_cfg(out, corpus, ["refine.max_steps=60", "refine.patience=100"]))
+    assert again["refine"] == r
+
+
+def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
+    from ray.util.state import list_actors
+
+    out = tmp_path / "killed"
+    cfg = _cfg(out, corpus, ["refine.max_steps=400", "refine.patience=1000",
+                             "refine.max_failures=2"])
+    run_build(cfg, until="train_data")
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(report=run_build(cfg)))
+    thread.start()
+    runs = out / "work/refine/runs"
+    deadline = time.time() + 240
+    while not list(runs.glob("*/checkpoint_*")) and time.time() < deadline and thread.is_alive():
+        time.sleep(0.2)
+    assert list(runs.glob("*/checkpoint_*")), "no checkpoint appeared"
+    workers = [a for a in list_actors(filters=[("state", "=", "ALIVE")])
+               if a.class_name == "RayTrainWorker"]
+    assert len(workers) == 1
+    os.kill(workers[0].pid, signal.SIGKILL)
+    thread.join(timeout=400)
+    assert not thread.is_alive() and "report" in result
+    r = result["report"]["refine"]
+    assert r["steps"] == 400 and len(r["resumed_at"]) == 1 and 0 < r["resumed_at"][0] < 400
+    steps = [e["step"] for e in _history(out)["history"]]
+    assert steps == list(range(5, 401, 5))  # continued from the checkpoint: no step repeated
+
+
+def test_bilingual_contrastive_build(tmp_path, data_dir):
+    """en + de vocabularies from real corpora, contrastive refinement on real en-de pairs."""
+    par = data_dir / "parallel/en-de"
+    pairs = tmp_path / "pairs.tsv"
+    import gzip
+
+    with gzip.open(par / "multi30k_train.tsv.gz", "rt") as f:
+        pairs.write_text("".join(next(f) for _ in range(1501)))
+    de_mono = tmp_path / "de.txt"
+    with lzma.open(data_dir / "corpora/other_mono/de_10kGNAD_test_sents.txt.xz", "rt") as f:
+        de_mono.write_text("".join(next(f) for _ in range(1500)))
+    out = tmp_path / "en-de"
+    cfg = load_config("pipelines/configs/quickstart.toml", [
+        *SMALL, "languages=['en', 'de']", f"corpus.en.paths=['{pairs}']",
+        f"corpus.de.paths=['{pairs}', '{de_mono}']", "corpus.de.split_sentences=false",
+        f"pairs.en-de.paths=['{pairs}']", "refine.objective='contrastive'",
+        "refine.dev_max=100", "refine.max_steps=40", "refine.patience=100"], output=str(out))
+    report = run_build(cfg)
+    assert report["vocab"]["en"]["size"] == 150 and report["vocab"]["de"]["size"] == 150
+    assert report["train_data"]["pairs"] == {"en-de": 1500}
+    assert report["train_data"]["dev_rows"] == 100
+    r = report["refine"]
+    assert r["best_dev_loss"] < r["initial_dev_loss"]
+    model = StaticModel.load(out / "model")
+    assert model.languages == ["en", "de"]
+    # Words of both languages, with shared strings (e.g. "in", "die"?) merged into one row.
+    assert len(model) <= 300 and "Mann" in model.words and "man" in model.words
+    step2 = StaticModel.load(out / "step2")
+    en = ["A man is riding a bike.", "Two dogs play in the snow."]
+    de = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+    gain = [np.trace(m.encode(en) @ m.encode(de).T) for m in (step2, model)]
+    assert gain[1] > gain[0]  # translations closer after contrastive refinement
