@@ -181,6 +181,16 @@ class TeacherEncoder:
         return out
 
 
+@dataclass
+class _Adapter:
+    """An encoder from any ``texts -> array`` function (e.g. WordLlama's ``embed``)."""
+
+    fn: object
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self.fn(list(texts)), dtype=np.float32)
+
+
 def load_encoder(spec: str) -> Encoder:
     """An encoder from a spec (see the module docstring)."""
     kind, _, arg = spec.partition(":")
@@ -201,7 +211,7 @@ def load_encoder(spec: str) -> Encoder:
     if spec == "wordllama-256":
         from swe.baselines import wordllama_256
 
-        return wordllama_256()
+        return _Adapter(wordllama_256().embed)
     if spec == "glove-50d":
         from swe.baselines import glove_50d
 
