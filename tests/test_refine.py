@@ -67,14 +67,25 @@ def test_distillation_lowers_validation_loss(s3, corpus):
     assert run_build(_cfg(out, corpus, extra))["refine"] == r
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _train_worker_pids() -> list[int]:
+    """Ray Train workers of *this* test session's Ray (descendants of this process)."""
     pids = []
     for d in os.listdir("/proc"):
         try:
             with open(f"/proc/{d}/cmdline", "rb") as f:
-                if f.read().startswith(b"ray::RayTrainWorker"):
-                    pids.append(int(d))
-        except (OSError, ValueError):
+                if not f.read().startswith(b"ray::RayTrainWorker"):
+                    continue
+            pid = int(d)
+            while pid > 1 and pid != os.getpid():
+                pid = _parent(pid)
+            if pid == os.getpid():
+                pids.append(int(d))
+        except (OSError, ValueError, IndexError):
             continue
     return pids
 
@@ -90,7 +101,8 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
         runs = out / "work/refine/runs"
         deadline = time.time() + 300
         while time.time() < deadline:
-            if list(runs.glob("*/checkpoint_*")) and _train_worker_pids():
+            # the controller's snapshot is written once a checkpoint is registered
+            if list(runs.glob("*/checkpoint_manager_snapshot.json")) and _train_worker_pids():
                 for pid in _train_worker_pids():
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
