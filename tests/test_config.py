@@ -47,3 +47,33 @@ def test_missing_teacher_language_output_and_file(tmp_path):
         load_config(str(bad))
     with pytest.raises(ConfigError, match="expected key=value"):
         load_config(QUICK, ["vocab.size"], output="o")
+
+
+def test_refine_and_pairs_validation():
+    with pytest.raises(ConfigError) as e:
+        load_config(QUICK, ["refine.objective='magic'", "refine.batch_size=1", "refine.lr=0",
+                            "refine.min_sentences=2"], output="o")
+    msg = str(e.value)
+    for needle in ["refine.objective = 'magic'", "batch_size must be >= 2",
+                   "lr, tau and clip must be > 0", "min_sentences = 2 < train_per_word"]:
+        assert needle in msg, (needle, msg)
+    with pytest.raises(ConfigError, match=r"trains on translation pairs: add \[pairs"):
+        load_config(QUICK, ["refine.objective='contrastive'"], output="o")
+    with pytest.raises(ConfigError) as e:
+        load_config(QUICK, ["pairs.en-fr.paths=['/nope/p.tsv']", "pairs.de.paths=['x']"],
+                    output="o")
+    msg = str(e.value)
+    assert "[pairs.en-fr]: both languages must be in languages" in msg
+    assert "pairs.en-fr: cannot read /nope/p.tsv" in msg
+    assert "[pairs.de]: name a pair as SRC-TGT" in msg
+    with pytest.raises(ConfigError, match=r"needs extraction\.mode = 'sentence'"):
+        load_config(QUICK, ["refine.objective='distill'", "extraction.mode='model2vec'"],
+                    output="o")
+
+
+@pytest.mark.parametrize("name", ["en-de", "en-zh", "en-ja", "multilingual", "en-de-kd"])
+def test_crosslingual_configs_parse(name):
+    # the e5 teacher dir is made by a tool, not installed: parse with the MiniLM teacher
+    cfg = load_config(f"pipelines/configs/{name}.toml", ["teacher='minilm'"], check_paths=False)
+    assert cfg.refine.objective in ("contrastive", "kd") and cfg.pairs
+    assert all(lang in cfg.languages for key in cfg.pairs for lang in key.split("-"))
