@@ -266,8 +266,9 @@ def plot_history(state: dict, url: str) -> None:
     if "initial_dev_loss" in state:
         ax.plot([0], [state["initial_dev_loss"]], "o", color="C1", label="before training")
     ax.axvline(state["best_step"], color="grey", linestyle=":", label="best")
-    for s in state.get("resumed_at", []):
-        ax.axvline(s, color="red", linestyle="--", linewidth=0.8)
+    for i, s in enumerate(state.get("resumed_at", [])):
+        ax.axvline(s, color="red", linestyle="--", linewidth=0.8,
+                   label="resumed from checkpoint" if i == 0 else None)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.legend()
