@@ -92,7 +92,7 @@ def _train_worker_pids() -> list[int]:
 
 def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
     out = tmp_path / "killed"
-    cfg = _cfg(out, corpus, ["refine.max_steps=400", "refine.patience=1000",
+    cfg = _cfg(out, corpus, ["refine.max_steps=120", "refine.patience=1000",
                              "refine.max_failures=2"])
     run_build(cfg, until="train_data")
     killed: list[int] = []
@@ -115,9 +115,9 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
     killer.join()
     assert len(killed) == 1, "the Train worker was not found and killed mid-run"
     r = report["refine"]
-    assert r["steps"] == 400 and len(r["resumed_at"]) == 1 and 0 < r["resumed_at"][0] < 400
+    assert r["steps"] == 120 and len(r["resumed_at"]) == 1 and 0 < r["resumed_at"][0] < 120
     steps = [e["step"] for e in _history(out)["history"]]
-    assert steps == list(range(5, 401, 5))  # continued from the checkpoint: no step repeated
+    assert steps == list(range(5, 121, 5))  # continued from the checkpoint: no step repeated
 
 
 def test_bilingual_contrastive_build(tmp_path, data_dir):
