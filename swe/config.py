@@ -270,13 +270,7 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
         if c.max_lines < 0 or c.shard_lines < 1:
             errors.append(f"corpus.{lang}: max_lines must be >= 0 and shard_lines >= 1")
         if check_paths:
-            for p in c.paths:
-                try:
-                    from swe.bulk import expand_inputs
-
-                    expand_inputs([p])
-                except (FileNotFoundError, OSError, PermissionError) as e:
-                    errors.append(f"corpus.{lang}: cannot read {p}: {e}")
+            _check_readable(c.paths, f"corpus.{lang}", errors)
     s = cfg.sentences
     if not 1 <= s.min_tokens <= s.max_tokens:
         errors.append(f"sentences: need 1 <= min_tokens ({s.min_tokens}) <= max_tokens "
@@ -321,6 +315,16 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
                           f"{dim} dimensions; use pca.dim <= {dim - k}")
 
 
+def _check_readable(paths: list[str], where: str, errors: list[str]) -> None:
+    from swe.bulk import expand_inputs
+
+    for p in paths:
+        try:
+            expand_inputs([p])
+        except (FileNotFoundError, OSError, PermissionError) as e:
+            errors.append(f"{where}: cannot read {p}: {e}")
+
+
 def pair_languages(key: str) -> tuple[str, str]:
     """``"en-de"`` → ``("en", "de")``."""
     src, _, tgt = key.partition("-")
@@ -342,13 +346,7 @@ def _validate_refine(cfg: BuildConfig, errors: list[str], check_paths: bool) -> 
         if not p.paths:
             errors.append(f"[pairs.{key}] has no paths")
         if check_paths:
-            for path in p.paths:
-                try:
-                    from swe.bulk import expand_inputs
-
-                    expand_inputs([path])
-                except (FileNotFoundError, OSError, PermissionError) as e:
-                    errors.append(f"pairs.{key}: cannot read {path}: {e}")
+            _check_readable(p.paths, f"pairs.{key}", errors)
     if r.objective in ("contrastive", "kd") and not cfg.pairs:
         errors.append(f"refine.objective = {r.objective!r} trains on translation pairs: add "
                       "[pairs.SRC-TGT] paths = [...]")
