@@ -35,6 +35,12 @@ def glove():
     return glove_50d()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that start their own Ray cluster (``own_ray_cluster``) run first, before the
+    session's in-process Ray exists."""
+    items.sort(key=lambda item: item.get_closest_marker("own_ray_cluster") is None)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
