@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         report = run_build(cfg, until=args.until)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (OSError, ValueError) as e:  # storage errors and bad input name their path
+        # A Ray task's error without the remote traceback (its ``cause``).
+        print(f"error: {getattr(e, 'cause', None) or e}", file=sys.stderr)
         return 1
     print(json.dumps({k: {x: y for x, y in v.items() if x != "shards"}
                       for k, v in report.items()}, indent=2))

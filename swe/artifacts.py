@@ -51,6 +51,11 @@ class Stage:
     def done_stats(self) -> dict:
         return (self._marker() or {}).get("stats", {})
 
+    def warn(self, message: str) -> None:
+        """Log a warning and record it under ``warnings`` in the stage's ``_DONE.json``."""
+        log.warning("[%s] %s", self.name, message)
+        self.stats.setdefault("warnings", []).append(message)
+
     def shard_done(self, shard: str) -> dict | None:
         try:
             m = json.loads(storage.read_text(self.path("_shards", f"{shard}.json")))

@@ -10,6 +10,7 @@ step 2 (after PCA) and step 3 (refined) are saved as StaticModels under ``<outpu
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -84,9 +85,10 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
 
     if until is not None and until not in STAGES:
         raise ValueError(f"--until {until!r}: choose one of {', '.join(STAGES)}")
-    init_ray()
     # Absolute local paths: Ray Train workers do not run in the driver's directory.
     out = _absolute(cfg.output.rstrip("/"))
+    storage.check_writable(storage.join(out, "work"))  # fail now, not after an hour of work
+    init_ray()
     teacher = _absolute(cfg.teacher_dir())
     report: dict[str, dict] = {}
     m2v = cfg.extraction.mode == "model2vec"
@@ -104,7 +106,8 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
                     prefix = st.path(lang, f"f{i:04d}")
                     fmt, col = corpus_mod.tsv_column(path, c.format, c.text_column, lang)
                     jobs.append((f"{lang}-f{i:04d}", lambda p=path, c=c, x=prefix, f=fmt, t=col:
-                                 shard.remote(p, f, t, x, c.max_lines, c.shard_lines)))
+                                 shard.remote(p, f, t, x, c.max_lines, c.shard_lines,
+                                              c.on_bad_bytes)))
             results = _sharded(st, jobs)
             shards: dict[str, list] = {lang: [] for lang in cfg.languages}
             for (key, _), r in zip(jobs, results, strict=True):
@@ -122,6 +125,7 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
             st.stats.update(shards=shards,
                             lines=sum(s["lines"] for v in shards.values() for s in v),
                             invalid_utf8_lines=sum(r["invalid_utf8_lines"] for r in results))
+            _corpus_warnings(st, cfg, jobs, results)
             if not st.stats["lines"]:
                 raise ValueError("the corpus has no non-blank lines: check [corpus] paths")
     report["corpus"] = st.done_stats()
@@ -188,8 +192,7 @@ def run_build(cfg: BuildConfig, until: str | None = None) -> dict:
                 storage.write_bytes(st.path(f"{lang}.parquet"), buf.getvalue())
                 st.stats[lang] = {"size": len(words), "min_count_kept": int(counts[-1])}
                 if len(words) < cfg.vocab.size:
-                    log.warning("[vocab] %s: only %d words reach min_count %d (asked for %d)",
-                                lang, len(words), cfg.vocab.min_count, cfg.vocab.size)
+                    _short_vocab(st, cfg, lang, len(words))
     report["vocab"] = st.done_stats()
     vocab: dict[str, list[str]] = {}
     vocab_counts: dict[str, np.ndarray] = {}
@@ -384,6 +387,29 @@ def _with_teacher(cfg: BuildConfig, teacher: str, train: pa.Table, dev: pa.Table
             dev.append_column("teacher", emb.slice(n)))
 
 
+def _corpus_warnings(st: Stage, cfg: BuildConfig, jobs: list, results: list[dict]) -> None:
+    """Warn (log and ``_DONE.json``) about empty input files and lines that were not UTF-8."""
+    for (key, _), r in zip(jobs, results, strict=True):
+        lang = key.split("-f")[0]
+        if not r["lines"]:
+            st.warn(f"{r.get('path', key)}: no non-blank lines (empty file?)")
+        if r["invalid_utf8_lines"]:
+            policy = cfg.corpus[lang].on_bad_bytes
+            st.warn(f"{r.get('path', key)}: {r['invalid_utf8_lines']} line(s) not valid UTF-8, "
+                    f"{'skipped' if policy == 'skip' else 'decoded with U+FFFD'} "
+                    f"(corpus.{lang}.on_bad_bytes = {policy!r})")
+
+
+def _short_vocab(st: Stage, cfg: BuildConfig, lang: str, found: int) -> None:
+    """Fewer words than ``vocab.size`` reach ``min_count``: stop or warn per ``vocab.on_short``."""
+    v = cfg.vocab
+    msg = (f"{lang}: only {found} words occur {v.min_count}+ times, fewer than vocab.size = "
+           f"{v.size}; add corpus, or lower vocab.size or vocab.min_count")
+    if v.on_short == "error":
+        raise ValueError(f"{msg} (or set vocab.on_short = 'warn' to build with {found} words)")
+    st.warn(msg)
+
+
 def _absolute(url: str) -> str:
     import os
 
@@ -393,9 +419,10 @@ def _absolute(url: str) -> str:
 def stage_hashes(cfg: BuildConfig, teacher: str) -> dict[str, str]:
     """Each stage's config hash, chained through its upstream stages. Only settings that change
     a stage's result count: resources (actors, batch sizes, token budget) do not."""
-    h = {"corpus": stage_hash("corpus", cfg.languages, cfg.corpus)}
-    h["sentences"] = stage_hash("sentences", h["corpus"], cfg.sentences, teacher, cfg.corpus)
-    h["vocab"] = stage_hash("vocab", h["sentences"], cfg.vocab)
+    corpus = {lang: _hashed(c, on_bad_bytes="skip") for lang, c in cfg.corpus.items()}
+    h = {"corpus": stage_hash("corpus", cfg.languages, corpus)}
+    h["sentences"] = stage_hash("sentences", h["corpus"], cfg.sentences, teacher, corpus)
+    h["vocab"] = stage_hash("vocab", h["sentences"], _hashed(cfg.vocab, on_short="warn"))
     h["selection"] = stage_hash("selection", h["vocab"], cfg.selection)
     upstream = h["vocab"] if cfg.extraction.mode == "model2vec" else h["selection"]
     h["extraction"] = stage_hash("extraction", upstream, cfg.extraction.mode)
@@ -407,6 +434,16 @@ def stage_hashes(cfg: BuildConfig, teacher: str) -> dict[str, str]:
     h["refine"] = stage_hash("refine", h["pca"], h["train_data"], r.batch_size, r.lr, r.clip,
                              r.tau, r.max_steps, r.eval_every, r.patience, r.workers)
     return h
+
+
+def _hashed(section, **neutral) -> dict:
+    """A config section as hashed, without the keys added later that are at their default, so
+    adding such a key keeps the markers of earlier builds valid."""
+    d = dataclasses.asdict(section)
+    for key, value in neutral.items():
+        if d.get(key) == value:
+            d.pop(key)
+    return d
 
 
 def _provenance(cfg: BuildConfig, step: str) -> dict:

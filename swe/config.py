@@ -24,6 +24,9 @@ from swe.text import LANGUAGES
 __all__ = ["BuildConfig", "ConfigError", "load_config", "pair_languages", "stage_hash"]
 
 
+BAD_BYTES = ("skip", "replace", "error")  # corpus.<lang>.on_bad_bytes
+
+
 class ConfigError(ValueError):
     """One or more problems with a build config; ``str()`` lists them all."""
 
@@ -38,6 +41,7 @@ class CorpusConfig:
     split_sentences: bool = True  # False when the corpus is already one sentence per line
     max_lines: int = 0  # 0 = all lines; a cap for quick builds
     shard_lines: int = 50_000
+    on_bad_bytes: str = "skip"  # a line that is not UTF-8: skip | replace (U+FFFD) | error
 
 
 @dataclass
@@ -51,6 +55,7 @@ class VocabConfig:
     size: int = 150_000
     min_count: int = 5
     partitions: int = 16  # hash partitions of the mergeable word counts
+    on_short: str = "warn"  # fewer than `size` words reach min_count: warn | error
 
 
 @dataclass
@@ -267,6 +272,9 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
         if c.format not in ("auto", "text", "jsonl", "parquet", "tsv"):
             errors.append(f"corpus.{lang}.format = {c.format!r}; use auto, text, jsonl, parquet "
                           "or tsv")
+        if c.on_bad_bytes not in BAD_BYTES:
+            errors.append(f"corpus.{lang}.on_bad_bytes = {c.on_bad_bytes!r}; use "
+                          f"{', '.join(BAD_BYTES)}")
         if c.max_lines < 0 or c.shard_lines < 1:
             errors.append(f"corpus.{lang}: max_lines must be >= 0 and shard_lines >= 1")
         if check_paths:
@@ -279,6 +287,9 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
         errors.append(f"sentences.max_tokens = {s.max_tokens}: teachers accept < 512 tokens")
     if cfg.vocab.size < 1 or cfg.vocab.min_count < 1 or cfg.vocab.partitions < 1:
         errors.append("vocab: size, min_count and partitions must be >= 1")
+    if cfg.vocab.on_short not in ("warn", "error"):
+        errors.append(f"vocab.on_short = {cfg.vocab.on_short!r}; use 'warn' (continue with the "
+                      "smaller vocabulary) or 'error' (stop)")
     sel = cfg.selection
     if sel.n < 1:
         errors.append(f"selection.n = {sel.n} must be >= 1")
@@ -321,8 +332,21 @@ def _check_readable(paths: list[str], where: str, errors: list[str]) -> None:
     for p in paths:
         try:
             expand_inputs([p])
-        except (FileNotFoundError, OSError, PermissionError) as e:
-            errors.append(f"{where}: cannot read {p}: {e}")
+        except OSError as e:
+            missing = _missing_bucket(p) if isinstance(e, FileNotFoundError) else ""
+            errors.append(f"{where}: cannot read {p}: {e}{missing}; {storage.access_hint(p)}")
+
+
+def _missing_bucket(url: str) -> str:
+    """" (bucket B does not exist)" when ``url`` is on an object store whose bucket is absent."""
+    if storage.is_local(url):
+        return ""
+    fs, path = storage.filesystem(url)
+    bucket = path.split("/", 1)[0]
+    try:
+        return "" if fs.exists(bucket) else f" (bucket {bucket!r} does not exist)"
+    except OSError:
+        return ""
 
 
 def pair_languages(key: str) -> tuple[str, str]:

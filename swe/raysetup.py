@@ -26,6 +26,7 @@ def init_ray(**kwargs) -> None:
     # Workers must see the same object-storage endpoint and credentials as the driver.
     env = {k: v for k, v in os.environ.items()
            if k.startswith(("AWS_", "SWE_")) or k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    kwargs.setdefault("address", "local")  # never a stray `ray start` cluster on this machine
     kwargs.setdefault("include_dashboard", False)
     kwargs.setdefault("log_to_driver", os.environ.get("SWE_RAY_LOGS") == "1")
     kwargs.setdefault("runtime_env", {"env_vars": env})

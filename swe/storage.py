@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import io
 import os
+from contextlib import contextmanager
 
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["filesystem", "find", "is_local", "join", "load_npz", "read_bytes", "read_text",
-           "save_npz", "write_bytes"]
+__all__ = ["access_hint", "check_writable", "filesystem", "find", "is_local", "join", "load_npz",
+           "naming", "read_bytes", "read_text", "save_npz", "write_bytes"]
 
 
 def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
@@ -47,14 +48,34 @@ def find(url: str) -> list[str]:
     return sorted(proto + p for p in fs.find(path))
 
 
-def read_bytes(url: str) -> bytes:
-    """Whole file as bytes; ``FileNotFoundError`` naming ``url`` when absent."""
-    fs, path = filesystem(url)
+def access_hint(url: str) -> str:
+    """What to check when ``url`` cannot be read or written."""
+    if is_local(url):
+        return "check the path and its directory's permissions"
+    return ("check the bucket name and the credentials in the environment (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL) and their rights on that path")
+
+
+@contextmanager
+def naming(url: str, action: str):
+    """Re-raise a storage error of ``action`` ("reading"/"writing") with ``url`` and a hint in
+    its message: object stores answer just "Forbidden" or "Access Denied"."""
     try:
-        with fs.open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such file: {url}") from None
+        yield
+    except PermissionError as e:
+        raise PermissionError(f"permission denied {action} {url} ({e}): {access_hint(url)}") \
+            from None
+    except FileNotFoundError as e:
+        if action == "reading":
+            raise FileNotFoundError(f"no such file: {url}") from None
+        raise FileNotFoundError(f"cannot write {url} ({e}): {access_hint(url)}") from None
+
+
+def read_bytes(url: str) -> bytes:
+    """Whole file as bytes; ``FileNotFoundError``/``PermissionError`` naming ``url``."""
+    fs, path = filesystem(url)
+    with naming(url, "reading"), fs.open(path, "rb") as f:
+        return f.read()
 
 
 def read_text(url: str) -> str:
@@ -63,13 +84,24 @@ def read_text(url: str) -> str:
 
 
 def write_bytes(url: str, data: bytes) -> None:
-    """Write a whole file, creating parent directories as needed."""
+    """Write a whole file, creating parent directories as needed (local paths only: on object
+    stores ``makedirs`` would silently create a missing bucket)."""
     fs, path = filesystem(url)
     parent = path.rsplit("/", 1)[0] if "/" in path else ""
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    with fs.open(path, "wb") as f:
-        f.write(data)
+    with naming(url, "writing"):
+        if parent and is_local(url):
+            fs.makedirs(parent, exist_ok=True)
+        with fs.open(path, "wb") as f:
+            f.write(data)
+
+
+def check_writable(url: str) -> None:
+    """Write and remove a small probe file under ``url``, so a build fails at once, naming the
+    path, when its output cannot be written (no bucket, wrong credentials, no permission)."""
+    probe = join(url, "_write_probe")
+    write_bytes(probe, b"")
+    fs, path = filesystem(probe)
+    fs.rm(path)
 
 
 def save_npz(url: str, **arrays) -> None:

@@ -4,14 +4,18 @@ A compressed file cannot be read in parallel, so one task streams each input fil
 shards of ``shard_lines`` lines; every later pass reads those shards in parallel. CC-100's layout
 (one paragraph per line, blank lines between documents, one huge ``.xz`` per language) is exactly
 this: blank lines are dropped, paragraphs are split into sentences in the next stage. Lines that
-are not valid UTF-8 are counted and skipped.
+are not valid UTF-8 are counted and skipped, decoded with U+FFFD, or stop the build
+(``corpus.<lang>.on_bad_bytes``); a truncated or corrupt compressed file stops it, naming the file.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
+import lzma
 import re
+import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +40,21 @@ def read_parquet(url: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(f, columns=columns)
 
 
-def _lines(path: str, fmt: str, text_column: str, stats: dict):
+def _decode(raw: bytes, path: str, on_bad_bytes: str, stats: dict) -> str | None:
+    """One line as text; ``None`` to skip it. Invalid UTF-8 is counted, then skipped, replaced
+    with U+FFFD or an error, per ``on_bad_bytes``."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        stats["invalid_utf8_lines"] += 1
+        if on_bad_bytes == "error":
+            raise ValueError(f"{path}: line {stats['read'] + 1} is not valid UTF-8 ({e}); fix "
+                             "the file, or set corpus.<lang>.on_bad_bytes = 'skip' or "
+                             "'replace'") from None
+        return raw.decode("utf-8", errors="replace") if on_bad_bytes == "replace" else None
+
+
+def _lines(path: str, fmt: str, text_column: str, stats: dict, on_bad_bytes: str = "skip"):
     """Non-blank lines (or Parquet/JSONL texts) of one input file, in order."""
     if fmt == "parquet":
         with open_input(path) as f:
@@ -48,10 +66,9 @@ def _lines(path: str, fmt: str, text_column: str, stats: dict):
     column = None
     with open_input(path) as f:
         for raw in iter_lines(f):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                stats["invalid_utf8_lines"] += 1
+            line = _decode(raw, path, on_bad_bytes, stats)
+            stats["read"] += 1
+            if line is None:
                 continue
             if fmt == "tsv":
                 fields = line.rstrip("\r\n").split("\t")
@@ -79,11 +96,33 @@ def tsv_column(path: str, fmt: str, text_column: str, lang: str) -> tuple[str, s
     return fmt, text_column
 
 
+# What a truncated or corrupt compressed stream raises while it is read.
+_CORRUPT = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
+
+
 def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines: int,
-               shard_lines: int) -> dict:
-    """Stream one input file into ``<out_prefix>-NNNNN.parquet`` shards; returns their list."""
+               shard_lines: int, on_bad_bytes: str = "skip") -> dict:
+    """Stream one input file into ``<out_prefix>-NNNNN.parquet`` shards; returns their list.
+
+    A truncated/corrupt compressed file raises ``ValueError`` and a storage error
+    ``PermissionError``/``FileNotFoundError``, each naming ``path``."""
+    try:
+        return _shard_file(path, fmt, text_column, out_prefix, max_lines, shard_lines,
+                           on_bad_bytes)
+    except _CORRUPT as e:
+        raise ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: "
+                         f"{e}); re-create or re-download it, or leave it out of "
+                         "[corpus] paths") from None
+    except (PermissionError, FileNotFoundError) as e:
+        if path in str(e):
+            raise
+        raise type(e)(f"reading {path}: {e}; {storage.access_hint(path)}") from None
+
+
+def _shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines: int,
+                shard_lines: int, on_bad_bytes: str) -> dict:
     fmt = "tsv" if fmt == "tsv" else input_format(path, fmt)[0]
-    stats = {"invalid_utf8_lines": 0, "lines": 0, "shards": []}
+    stats = {"path": path, "invalid_utf8_lines": 0, "read": 0, "lines": 0, "shards": []}
     buf: list[str] = []
 
     def flush() -> None:
@@ -92,7 +131,7 @@ def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines
         stats["shards"].append({"path": url, "lines": len(buf)})
         buf.clear()
 
-    for line in _lines(path, fmt, text_column, stats):
+    for line in _lines(path, fmt, text_column, stats, on_bad_bytes):
         buf.append(line)
         stats["lines"] += 1
         if len(buf) == shard_lines:
