@@ -54,8 +54,25 @@ def _decode(raw: bytes, path: str, on_bad_bytes: str, stats: dict) -> str | None
         return raw.decode("utf-8", errors="replace") if on_bad_bytes == "replace" else None
 
 
+# What a truncated or corrupt compressed stream raises while it is read.
+_CORRUPT = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
+
+
 def _lines(path: str, fmt: str, text_column: str, stats: dict, on_bad_bytes: str = "skip"):
-    """Non-blank lines (or Parquet/JSONL texts) of one input file, in order."""
+    """Non-blank lines (or Parquet/JSONL texts) of one input file, in order; an error reading
+    it (a truncated/corrupt compressed file, storage) names ``path``."""
+    try:
+        yield from _file_lines(path, fmt, text_column, stats, on_bad_bytes)
+    except _CORRUPT as e:
+        raise ValueError(f"{path}: truncated or corrupt compressed file after line "
+                         f"{stats['read']} ({type(e).__name__}: {e}); re-create or re-download "
+                         "it, or leave it out of [corpus] paths") from None
+    except (PermissionError, FileNotFoundError) as e:
+        raise type(e)(f"cannot read {path} ({e}): {storage.access_hint(path)}") from None
+
+
+def _file_lines(path: str, fmt: str, text_column: str, stats: dict, on_bad_bytes: str):
+    """The lines of :func:`_lines`, errors as raised."""
     if fmt == "parquet":
         with open_input(path) as f:
             for rb in pq.ParquetFile(f).iter_batches(columns=[text_column], batch_size=8192):
@@ -96,31 +113,12 @@ def tsv_column(path: str, fmt: str, text_column: str, lang: str) -> tuple[str, s
     return fmt, text_column
 
 
-# What a truncated or corrupt compressed stream raises while it is read.
-_CORRUPT = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
-
-
 def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines: int,
                shard_lines: int, on_bad_bytes: str = "skip") -> dict:
     """Stream one input file into ``<out_prefix>-NNNNN.parquet`` shards; returns their list.
 
     A truncated/corrupt compressed file raises ``ValueError`` and a storage error
     ``PermissionError``/``FileNotFoundError``, each naming ``path``."""
-    try:
-        return _shard_file(path, fmt, text_column, out_prefix, max_lines, shard_lines,
-                           on_bad_bytes)
-    except _CORRUPT as e:
-        raise ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: "
-                         f"{e}); re-create or re-download it, or leave it out of "
-                         "[corpus] paths") from None
-    except (PermissionError, FileNotFoundError) as e:
-        if path in str(e):
-            raise
-        raise type(e)(f"reading {path}: {e}; {storage.access_hint(path)}") from None
-
-
-def _shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines: int,
-                shard_lines: int, on_bad_bytes: str) -> dict:
     fmt = "tsv" if fmt == "tsv" else input_format(path, fmt)[0]
     stats = {"path": path, "invalid_utf8_lines": 0, "read": 0, "lines": 0, "shards": []}
     buf: list[str] = []
