@@ -46,7 +46,8 @@ def _args(argv=None) -> argparse.Namespace:
     p.add_argument("--words", type=int, default=10, help="words per end of each component")
     p.add_argument("--json", help="write norm/frequency and component words here")
     p.add_argument("--png", help="write the quality / speed plot here (needs --speed, --quality)")
-    p.add_argument("--speed", help="JSON written by python -m swe.speed --json")
+    p.add_argument("--speed", help="JSON written by python -m swe.speed --json or by "
+                   "pipelines/evaluate.py --speed")
     p.add_argument("--threads", default="1", help="which thread count's speed to plot")
     p.add_argument("--quality", type=_pair, action="append", default=[],
                    help="SPEC=SCORE (repeatable)")
@@ -107,6 +108,8 @@ def main(argv=None) -> None:
                   f"{' '.join(c['positive'])} | {' '.join(c['negative'])} |")
     if args.png:
         speed = json.loads(Path(args.speed).read_text(encoding="utf-8"))
+        if isinstance(speed.get("speed"), dict):  # pipelines/evaluate.py --speed output
+            speed = {"results": list(speed["speed"].values())}
         quality = {s: float(q) for s, q in args.quality}
         points = plot_points(speed, quality, args.threads, dict(args.name))
         first = speed["results"][0]
