@@ -88,10 +88,10 @@ def mine_task(encoder, src: list[str], tgt: list[str], k: int = 4
 
 
 def read_distractors(path: str | os.PathLike, n: int, exclude: set[str], lengths: tuple[int, int],
-                     seed: int = 0, scan: int = 400_000) -> list[str]:
+                     seed: int = 0, scan: int | None = None) -> list[str]:
     """``n`` random distinct sentences (one per line; ``.xz`` read transparently) from the first
-    ``scan`` lines of ``path`` whose character length lies in ``lengths`` and that are not in
-    ``exclude`` (the gold sentences)."""
+    ``scan`` lines (default: all) of ``path`` whose character length lies in ``lengths`` and
+    that are not in ``exclude`` (the gold sentences)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"distractor corpus not found: {path}")
@@ -101,7 +101,7 @@ def read_distractors(path: str | os.PathLike, n: int, exclude: set[str], lengths
     seen: set[str] = set()
     with opener(path, "rt", encoding="utf-8") as f:
         for count, line in enumerate(f):
-            if count >= scan:
+            if scan is not None and count >= scan:
                 break
             s = line.strip()
             if lo <= len(s) <= hi and s not in exclude and s not in seen:
