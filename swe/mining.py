@@ -88,9 +88,9 @@ def mine_task(encoder, src: list[str], tgt: list[str], k: int = 4
 
 
 def read_distractors(path: str | os.PathLike, n: int, exclude: set[str], lengths: tuple[int, int],
-                     seed: int = 0, scan: int | None = None) -> list[str]:
+                     seed: int = 0, scan: int | None = 400_000) -> list[str]:
     """``n`` random distinct sentences (one per line; ``.xz`` read transparently) from the first
-    ``scan`` lines (default: all) of ``path`` whose character length lies in ``lengths`` and
+    ``scan`` lines (``None``: all) of ``path`` whose character length lies in ``lengths`` and
     that are not in ``exclude`` (the gold sentences)."""
     path = Path(path)
     if not path.is_file():
@@ -154,10 +154,11 @@ DISTRACTOR_CORPORA = {
 
 
 def bucc_tatoeba(encoder, lang: str, data: str | os.PathLike, distractors: int = 20_000,
-                 k: int = 4, seed: int = 0) -> dict[str, float]:
+                 k: int = 4, seed: int = 0, scan: int | None = 400_000) -> dict[str, float]:
     """:func:`bucc` on the Tatoeba ``lang``-eng test pairs (held out from every build) hidden
     among up to ``distractors`` sentences per side from :data:`DISTRACTOR_CORPORA`, drawn within
-    the 5th–95th percentile of the gold sentences' lengths so length alone gives nothing away."""
+    the 5th–95th percentile of the gold sentences' lengths so length alone gives nothing away
+    (from each corpus file's first ``scan`` lines; ``None`` for all)."""
     from swe.evaluate import read_tatoeba
 
     if lang not in DISTRACTOR_CORPORA:
@@ -168,6 +169,6 @@ def bucc_tatoeba(encoder, lang: str, data: str | os.PathLike, distractors: int =
     for code, gold in ((lang, xs), ("eng", en)):
         lo, hi = np.percentile([len(s) for s in gold], [5, 95])
         sides.append(read_distractors(Path(data) / DISTRACTOR_CORPORA[code], distractors,
-                                      set(gold), (int(lo), int(hi)), seed))
+                                      set(gold), (int(lo), int(hi)), seed, scan))
     result = bucc(encoder, list(zip(xs, en, strict=True)), sides[0], sides[1], k, seed)
     return {**result, "distractors_x": len(sides[0]), "distractors_y": len(sides[1])}
