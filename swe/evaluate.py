@@ -8,6 +8,7 @@ spec into one: a ``StaticModel``/``EnsembleModel`` path, ``teacher:DIR`` (or ``t
 
 from __future__ import annotations
 
+import copy
 import csv
 import os
 from dataclasses import dataclass
@@ -132,8 +133,8 @@ def sts(encoder: Encoder, path: str | os.PathLike) -> float:
     """Spearman × 100 between cosine similarity and the gold scores. An encoder with a ``fit``
     method (GEM) is first fitted on both columns' sentences, as its authors evaluate it."""
     a, b, gold = read_sts(path)
-    if hasattr(encoder, "fit"):
-        encoder.fit(a + b)
+    if hasattr(encoder, "fit"):  # on a copy: later tasks must not reuse these directions
+        encoder = copy.copy(encoder).fit(a + b)
     ea, eb = _normalise(encoder.encode(a)), _normalise(encoder.encode(b))
     return 100 * spearman((ea * eb).sum(1), gold)
 

@@ -98,3 +98,25 @@ def test_evaluate_cli_end_to_end(data_dir, tmp_path):
     assert table[2].startswith("| glove-50d | ")
     assert cli.main(["--model", "glove-50d", "--tasks", "nosuchtask"]) == 2
     assert cli.main(["--model", str(tmp_path / "missing"), "--data", str(data_dir)]) == 1
+
+
+def test_sts_fits_a_copy_of_a_fittable_encoder(tmp_path):
+    """GEM-like encoders are fitted on both STS columns, on a copy: no state leaks into the
+    next task."""
+
+    class Fittable:
+        fitted = None
+
+        def fit(self, texts):
+            self.fitted = list(texts)
+            return self
+
+        def encode(self, texts):
+            assert self.fitted == ["a b", "c", "a", "e"]
+            return np.array([[len(t), 1.0] for t in texts])
+
+    f = tmp_path / "s.tsv"
+    f.write_text("sentence1\tsentence2\tscore\na b\ta\t1\nc\te\t2\n")
+    enc = Fittable()
+    assert ev.sts(enc, f) == pytest.approx(100.0)  # cos 0.89 then 1.0, as the scores rise
+    assert enc.fitted is None
