@@ -50,11 +50,16 @@ def shard_df(path: str, lang: str, teacher_dir: str, words: list[str],
 
 
 def quotas(dfs: list[np.ndarray], candidates: int) -> list[np.ndarray]:
-    """Per shard (in corpus order), how many of each word's first ``candidates`` it holds."""
-    cum = np.cumsum(np.stack(dfs), axis=0)
-    before = cum - np.stack(dfs)
-    q = np.clip(candidates - before, 0, np.stack(dfs))
-    return list(q)
+    """Per shard (in corpus order), how many of each word's first ``candidates`` it holds.
+
+    One running V-vector of counts so far, int32 quotas: memory ≈ shards × V × 4 bytes beside
+    the inputs (not several stacked int64 copies)."""
+    before = np.zeros(len(dfs[0]) if dfs else 0, np.int64)
+    out = []
+    for df in dfs:
+        out.append(np.clip(candidates - before, 0, df).astype(np.int32))
+        before += df
+    return out
 
 
 def smallest_per_word(wid: np.ndarray, ntok: np.ndarray, sid: np.ndarray, n: int):
