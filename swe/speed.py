@@ -5,7 +5,7 @@
         --limit teacher:minilm=2000 --threads 1 --threads 2 --json out/results/speed.json
 
 :func:`measure` starts ``python -m swe.speed --worker`` for each call, so every encoder is loaded
-into a clean interpreter: its peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) and the
+into a clean interpreter: its peak RSS (Linux ``VmHWM``, else ``ru_maxrss``) and the
 RSS after loading are its own, not left over from an encoder measured before it. The thread
 count is fixed before any library is imported, in every pool an encoder may use: OpenMP, MKL,
 OpenBLAS (``*_NUM_THREADS``), Rayon (the Rust ``tokenizers`` that model2vec, WordLlama and the
@@ -147,6 +147,12 @@ def _rss_bytes() -> int | None:
 
 
 def _peak_rss_bytes() -> int:
+    """This process's peak RSS. On Linux ``VmHWM`` (reset by exec): ``ru_maxrss`` survives
+    fork + exec, so a worker started by a big parent would report the parent's size."""
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB elsewhere
 
@@ -240,7 +246,7 @@ def measure(spec: str, texts: list[str], threads: int | None = None, repeats: in
     fastest timed run: less sensitive to other work on the machine), ``cold_sentences_per_s``
     (the warm-up run), ``seconds`` (each timed run), ``cpu_per_wall``, ``load_s``,
     ``rss_start_bytes`` (the interpreter before loading), ``rss_after_load_bytes``,
-    ``peak_rss_bytes`` (``ru_maxrss`` at the end), ``size_bytes`` and ``files``, plus
+    ``peak_rss_bytes`` (peak RSS at the end), ``size_bytes`` and ``files``, plus
     ``cpu_count`` and the 1-minute ``loadavg`` before the run (other work on the machine).
     """
     if threads is not None and (not isinstance(threads, int) or threads < 1):

@@ -51,6 +51,15 @@ def test_measure_tiny_model(tiny):
     assert r["files"] == [str(p) for p in model_files(str(tiny))]
 
 
+def test_peak_memory_is_the_workers_own(tiny):
+    """A parent holding 1 GB must not show up in the worker's peak RSS (``ru_maxrss`` survives
+    fork + exec on Linux; the measure must not)."""
+    ballast = np.ones(1 << 30, np.uint8)  # touched: resident in this process
+    r = measure(str(tiny), TEXTS, threads=1, repeats=1)
+    assert ballast[-1] == 1
+    assert r["peak_rss_bytes"] < 600 * 2**20  # a tiny model in a fresh interpreter
+
+
 def test_measure_reports_library_defaults_and_failures(tiny, tmp_path):
     r = measure(str(tiny), TEXTS[:5], threads=None, repeats=1)
     assert r["threads"] == "default" and len(r["seconds"]) == 1
