@@ -88,9 +88,13 @@ def top_k(queries: np.ndarray, keys: np.ndarray, k: int, block: int = 4096
         cur_s, cur_i = best_s[a:a + block], best_i[a:a + block]
         for b in range(0, len(kk), block):
             sims = qs @ kk[b:b + block].T
+            if sims.shape[1] > k:  # this block's own top k first: no [q, block] index array
+                part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+                sims, idx = np.take_along_axis(sims, part, 1), part + b
+            else:
+                idx = np.broadcast_to(np.arange(b, b + sims.shape[1]), sims.shape)
             both_s = np.concatenate([cur_s, sims], axis=1)
-            both_i = np.concatenate([cur_i, np.broadcast_to(np.arange(b, b + sims.shape[1]),
-                                                            sims.shape)], axis=1)
+            both_i = np.concatenate([cur_i, idx], axis=1)
             sel = np.argpartition(-both_s, k - 1, axis=1)[:, :k]
             cur_s = np.take_along_axis(both_s, sel, 1)
             cur_i = np.take_along_axis(both_i, sel, 1)
