@@ -23,21 +23,16 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=DATA)
     args = p.parse_args()
 
-    from swe.evaluate import load_encoder, read_tatoeba
-    from swe.mining import DISTRACTOR_CORPORA, bucc, read_distractors
+    from swe.evaluate import load_encoder
+    from swe.mining import bucc_tatoeba
+    from swe.speed import peak_rss_bytes
 
     encoder = load_encoder(args.model)
-    xs, en = read_tatoeba(args.lang, args.data / "eval/tatoeba_v1")
     t = time.perf_counter()
-    dx = read_distractors(args.data / DISTRACTOR_CORPORA[args.lang], args.distractors, set(xs),
-                          (1, 10**6), scan=None)
-    dy = read_distractors(args.data / DISTRACTOR_CORPORA["eng"], args.distractors, set(en),
-                          (1, 10**6), scan=None)
-    result = bucc(encoder, list(zip(xs, en, strict=True)), dx, dy)
+    result = bucc_tatoeba(encoder, args.lang, args.data, args.distractors, scan=None,
+                          length_window=False)
     result["seconds"] = time.perf_counter() - t
-    with open("/proc/self/status") as f:  # Linux: peak resident memory of this process
-        result["peak_rss_mib"] = next(int(x.split()[1]) / 1024 for x in f
-                                      if x.startswith("VmHWM"))
+    result["peak_rss_mib"] = peak_rss_bytes() / 2**20
     print(json.dumps(result))
 
 

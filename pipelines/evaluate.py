@@ -26,6 +26,11 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CLASSIFICATION = ("mr", "cr", "subj", "mpqa", "sst2", "trec", "agnews")
+PREFIXES = ("stsb-", "sts:", "tatoeba-", "bucc-")
+
+
+def known(task: str) -> bool:
+    return task.startswith(PREFIXES) or task in CLASSIFICATION
 
 
 def sts_dir(encoder, path: Path) -> dict[str, float]:
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [t for task in args.tasks
              for t in (CLASSIFICATION if task == "classification" else [task])]
     for t in tasks:  # fail before loading anything
-        if not (t.startswith(("stsb-", "sts:", "tatoeba-", "bucc-")) or t in CLASSIFICATION):
+        if not known(t):
             print(f"error: unknown task {t!r}; see --help", file=sys.stderr)
             return 2
     if not args.data.is_dir():

@@ -154,11 +154,13 @@ DISTRACTOR_CORPORA = {
 
 
 def bucc_tatoeba(encoder, lang: str, data: str | os.PathLike, distractors: int = 20_000,
-                 k: int = 4, seed: int = 0, scan: int | None = 400_000) -> dict[str, float]:
+                 k: int = 4, seed: int = 0, scan: int | None = 400_000,
+                 length_window: bool = True) -> dict[str, float]:
     """:func:`bucc` on the Tatoeba ``lang``-eng test pairs (held out from every build) hidden
     among up to ``distractors`` sentences per side from :data:`DISTRACTOR_CORPORA`, drawn within
     the 5th–95th percentile of the gold sentences' lengths so length alone gives nothing away
-    (from each corpus file's first ``scan`` lines; ``None`` for all)."""
+    (from each corpus file's first ``scan`` lines; ``None`` for all). ``length_window=False``
+    draws distractors of any length."""
     from swe.evaluate import read_tatoeba
 
     if lang not in DISTRACTOR_CORPORA:
@@ -167,7 +169,7 @@ def bucc_tatoeba(encoder, lang: str, data: str | os.PathLike, distractors: int =
     xs, en = read_tatoeba(lang, Path(data) / "eval" / "tatoeba_v1")
     sides = []
     for code, gold in ((lang, xs), ("eng", en)):
-        lo, hi = np.percentile([len(s) for s in gold], [5, 95])
+        lo, hi = np.percentile([len(s) for s in gold], [5, 95]) if length_window else (1, 10**9)
         sides.append(read_distractors(Path(data) / DISTRACTOR_CORPORA[code], distractors,
                                       set(gold), (int(lo), int(hi)), seed, scan))
     result = bucc(encoder, list(zip(xs, en, strict=True)), sides[0], sides[1], k, seed)

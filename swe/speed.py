@@ -39,7 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["THREAD_VARS", "measure", "model_files", "ratio_to", "read_texts", "size_bytes"]
+__all__ = ["THREAD_VARS", "measure", "model_files", "peak_rss_bytes", "ratio_to", "read_texts",
+           "size_bytes"]
 
 #: Environment variables that cap the thread pools of the libraries the encoders use.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -146,7 +147,7 @@ def _rss_bytes() -> int | None:
     return None
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
     """This process's peak RSS. On Linux ``VmHWM`` (reset by exec): ``ru_maxrss`` survives
     fork + exec, so a worker started by a big parent would report the parent's size."""
     with contextlib.suppress(OSError), open("/proc/self/status") as f:
@@ -188,7 +189,7 @@ def _worker(spec: str, texts: list[str], threads: int | None, repeats: int) -> d
     encoder = _load(spec, threads)
     load_s = time.perf_counter() - t
     rss_loaded = _rss_bytes()
-    peak_loaded = _peak_rss_bytes()
+    peak_loaded = peak_rss_bytes()
 
     t = time.perf_counter()
     out = np.asarray(encoder.encode(texts))
@@ -218,7 +219,7 @@ def _worker(spec: str, texts: list[str], threads: int | None, repeats: int) -> d
         "rss_start_bytes": rss_start,
         "rss_after_load_bytes": rss_loaded,
         "peak_rss_after_load_bytes": peak_loaded,
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(),
     }
 
 

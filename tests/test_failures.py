@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from procs import own_ray_pids
 
 from swe import StaticModel
 from swe.build import run_build
@@ -76,30 +77,6 @@ def reference(ray_session, tmp_path_factory, corpus) -> Path:
 # -- processes ---------------------------------------------------------------------------------
 
 
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def _own_ray_pids(title: bytes) -> list[int]:
-    """Ray worker processes of *this* test session's Ray (descendants of this process) whose
-    process title starts with ``title``."""
-    pids = []
-    for d in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                if not f.read().startswith(title):
-                    continue
-            pid = int(d)
-            while pid > 1 and pid != os.getpid():
-                pid = _parent(pid)
-            if pid == os.getpid():
-                pids.append(int(d))
-        except (OSError, ValueError, IndexError):
-            continue
-    return pids
-
-
 def _session_pids(sid: int) -> list[int]:
     """Every process of session ``sid`` (a subprocess started with ``start_new_session``)."""
     pids = []
@@ -140,7 +117,7 @@ def test_killed_extraction_actor_gives_the_same_model(reference, tmp_path, corpu
     def kill_a_busy_actor():
         deadline = time.time() + 240
         while time.time() < deadline:
-            busy = _own_ray_pids(b"ray::MapWorker(MapBatches(Extractor)).submit")
+            busy = own_ray_pids(b"ray::MapWorker(MapBatches(Extractor)).submit")
             if busy:
                 os.kill(busy[0], signal.SIGKILL)
                 killed.append((busy[0], (out / "work/extraction/_DONE.json").exists()))

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from procs import own_ray_pids
 
 from swe import StaticModel, storage
 from swe.build import run_build
@@ -67,29 +68,6 @@ def test_distillation_lowers_validation_loss(s3, corpus):
     assert run_build(_cfg(out, corpus, extra))["refine"] == r
 
 
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def _train_worker_pids() -> list[int]:
-    """Ray Train workers of *this* test session's Ray (descendants of this process)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                if not f.read().startswith(b"ray::RayTrainWorker"):
-                    continue
-            pid = int(d)
-            while pid > 1 and pid != os.getpid():
-                pid = _parent(pid)
-            if pid == os.getpid():
-                pids.append(int(d))
-        except (OSError, ValueError, IndexError):
-            continue
-    return pids
-
-
 def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
     out = tmp_path / "killed"
     cfg = _cfg(out, corpus, ["refine.max_steps=120", "refine.patience=1000",
@@ -102,8 +80,9 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
         deadline = time.time() + 300
         while time.time() < deadline:
             # the controller's snapshot is written once a checkpoint is registered
-            if list(runs.glob("*/checkpoint_manager_snapshot.json")) and _train_worker_pids():
-                for pid in _train_worker_pids():
+            workers = own_ray_pids(b"ray::RayTrainWorker")
+            if list(runs.glob("*/checkpoint_manager_snapshot.json")) and workers:
+                for pid in workers:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
                 return
