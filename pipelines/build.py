@@ -5,9 +5,8 @@
         --output s3://bucket/models/en
 
 Stages: corpus → sentences → vocab → selection → extraction → pca → train_data → refine
-(see swe/build.py). A rerun
-with the same output resumes: finished stages and shards are skipped. --until STAGE stops early.
-The config is validated before any work starts.
+(one module each in swe/build/stages/). A rerun with the same output resumes: finished stages
+and shards are skipped. --until STAGE stops early. The config is validated before any work.
 """
 
 from __future__ import annotations
@@ -19,19 +18,19 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from swe.build import STAGES
+    """Parse arguments, validate the config, run the build; the exit status."""
+    from swe.build.stages import STAGE_NAMES
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--config", required=True, help="TOML config (pipelines/configs/*.toml)")
     p.add_argument("--output", help="output dir or s3:// prefix (overrides the config's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set vocab.size=20000 (repeatable)")
-    p.add_argument("--until", choices=STAGES, help="stop after this stage")
+    p.add_argument("--until", choices=STAGE_NAMES, help="stop after this stage")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    from swe.build import run_build
-    from swe.config import ConfigError, load_config
+    from swe.build import ConfigError, build, load_config
 
     try:
         cfg = load_config(args.config, args.set, output=args.output)
@@ -39,13 +38,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        report = run_build(cfg, until=args.until)
+        results = build(cfg, until=args.until)
     except (OSError, ValueError) as e:  # storage errors and bad input name their path
         # A Ray task's error without the remote traceback (its ``cause``).
         print(f"error: {getattr(e, 'cause', None) or e}", file=sys.stderr)
         return 1
-    print(json.dumps({k: {x: y for x, y in v.items() if x != "shards"}
-                      for k, v in report.items()}, indent=2))
+    print(json.dumps({name: {k: v for k, v in r.to_json().items() if k != "shards"}
+                      for name, r in results.items()}, indent=2))
     return 0
 
 

@@ -21,20 +21,19 @@ import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe import storage
+from swe.storage import expand_inputs, input_format, iter_lines, open_input, pyarrow_filesystem
 
-__all__ = ["EncodeSummary", "encode_files", "expand_inputs", "input_format"]
+__all__ = ["EncodeSummary", "encode_files"]
 
 log = logging.getLogger("swe.bulk")
 
-_COMPRESSION = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bz2"}
-_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
-            ".json": "jsonl", ".txt": "text", ".text": "text"}
 CHUNK_ROWS = 8192
 
 
@@ -56,69 +55,7 @@ class EncodeSummary:
     output_files: list[str] = field(default_factory=list)
 
 
-def _split_compression(path: str) -> tuple[str, str | None]:
-    for ext, comp in _COMPRESSION.items():
-        if path.endswith(ext):
-            return path[: -len(ext)], comp
-    return path, None
-
-
-def input_format(path: str, fmt: str = "auto") -> tuple[str, str | None]:
-    """``(format, compression)`` of an input file; ``fmt`` overrides the extension."""
-    stem, comp = _split_compression(path)
-    if fmt != "auto":
-        if fmt not in ("parquet", "jsonl", "text"):
-            raise ValueError(f"unknown --format {fmt!r}; use auto, parquet, jsonl or text")
-        return fmt, comp
-    ext = os.path.splitext(stem)[1].lower()
-    if ext not in _FORMATS:
-        raise ValueError(f"cannot tell the format of {path} from its extension; pass --format "
-                         "parquet, jsonl or text")
-    return _FORMATS[ext], comp
-
-
-def expand_inputs(patterns: list[str]) -> list[str]:
-    """Files matched by paths, globs or directories (recursively), sorted; never empty."""
-    files: list[str] = []
-    for pattern in patterns:
-        fs, path = storage.filesystem(pattern)
-        proto = "" if storage.is_local(pattern) else pattern.split("://", 1)[0] + "://"
-        if any(c in path for c in "*?["):
-            found = sorted(fs.glob(path))
-        elif fs.isdir(path):
-            found = sorted(p for p in fs.find(path)
-                           if not os.path.basename(p).startswith(("_", ".")))
-        elif fs.exists(path):
-            found = [path]
-        else:
-            raise FileNotFoundError(f"input not found: {pattern}")
-        found = [p for p in found if not fs.isdir(p)]
-        if not found:
-            raise FileNotFoundError(f"no input files match {pattern}")
-        files.extend(proto + p for p in found)
-    return files
-
-
 # -- reading (runs in Ray tasks) -------------------------------------------------------------
-
-
-def open_input(path: str):
-    """A binary stream of an input file (local or s3://), decompressed by its extension."""
-    fs, p = storage.filesystem(path)
-    _, comp = _split_compression(path)
-    return fs.open(p, "rb", compression=comp)
-
-
-def iter_lines(f, chunk_size: int = 1 << 22):
-    """Lines of a binary stream without their ``\n``; works on any stream with ``read``
-    (some decompressors cannot ``readline``). A last line without a newline still counts."""
-    rest = b""
-    while chunk := f.read(chunk_size):
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
-        yield from lines
-    if rest:
-        yield rest
 
 
 def count_rows(path: str, fmt: str) -> int:
@@ -173,7 +110,7 @@ def _text_chunks(path: str, fmt: str, text_col: str, id_col: str | None):
         yield texts, ids, bad
 
 
-def read_task(batch: dict, text_col: str, id_col: str | None, stats) -> object:
+def read_task(batch: dict, text_col: str, id_col: str | None, stats: Any) -> object:
     """Ray Data UDF: one input descriptor → chunks of rows ``(file, row, text[, id])``."""
     path = str(batch["path"][0])
     fmt = str(batch["format"][0])
@@ -199,7 +136,8 @@ def read_task(batch: dict, text_col: str, id_col: str | None, stats) -> object:
         row += len(texts)
 
 
-def _chunk(file_index, path, row, texts, ids, bad, stats, key) -> pa.Table:
+def _chunk(file_index: int, path: str, row: int, texts: list, ids: list | None, bad: int,
+           stats: Any, key: tuple) -> pa.Table:
     import ray
 
     n = len(texts)
@@ -245,7 +183,7 @@ def _stats_actor():
         def __init__(self) -> None:
             self.parts: dict = {}
 
-        def put(self, key, value) -> None:
+        def put(self, key: tuple, value: dict) -> None:
             self.parts[key] = value
 
         def totals(self) -> dict:
@@ -346,7 +284,7 @@ def encode_files(
     import ray
 
     from swe.model import StaticModel
-    from swe.raysetup import get, init_ray, pyarrow_filesystem
+    from swe.raysetup import get, init_ray
 
     if dtype not in ("float32", "float16"):
         raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")

@@ -34,30 +34,6 @@ _MEMO_LIMIT = 4_000_000  # distinct surface forms remembered before the memo is 
 _CHUNK = 1 << 16  # word vectors gathered at once while pooling
 
 
-def _load_tokenizer(spec: Any):
-    """A ``tokenizers.Tokenizer`` from a model dir, a tokenizer.json path, or an instance."""
-    from tokenizers import Tokenizer
-
-    if spec is None:
-        return None
-    if isinstance(spec, Tokenizer):
-        tok = Tokenizer.from_str(spec.to_str())
-    else:
-        path = os.fspath(spec)
-        if storage.is_local(path) and os.path.isdir(path):
-            path = os.path.join(path, "tokenizer.json")
-        try:
-            tok = Tokenizer.from_str(storage.read_text(path))
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"tokenizer not found: {path} (pass a teacher model dir holding tokenizer.json, "
-                "or the tokenizer.json itself)"
-            ) from None
-    tok.no_padding()  # the MiniLM tokenizer.json pads and truncates to 128 by default
-    tok.no_truncation()
-    return tok
-
-
 class _Memo(dict):
     """Surface form → resolution code; computes and stores misses on first sight."""
 
@@ -120,7 +96,7 @@ class StaticModel:
         self.words = words
         self.vectors = vectors
         self.lowercase = bool(lowercase)
-        self.tokenizer = _load_tokenizer(tokenizer)
+        self.tokenizer = storage.load_tokenizer(tokenizer) if tokenizer is not None else None
         self._unk = unk_token(self.tokenizer)
         self.provenance = dict(provenance or {})
         self._index = index
@@ -132,25 +108,16 @@ class StaticModel:
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
-    def from_vectors(
-        cls,
-        words: Sequence[str],
-        vectors: np.ndarray,
-        *,
-        tokenizer: Any = None,
-        lowercase: bool = True,
-        language: str | Sequence[str] = "en",
-        provenance: dict[str, Any] | None = None,
-    ) -> StaticModel:
+    def from_vectors(cls, words: Sequence[str], vectors: np.ndarray, *,
+                     language: str | Sequence[str] = "en", **options: Any) -> StaticModel:
         """A model from a word list and a ``[len(words), d]`` matrix.
 
-        ``tokenizer`` (teacher model dir, tokenizer.json, or ``tokenizers.Tokenizer``) is used
-        only for the out-of-vocabulary rule and to split Chinese/Japanese; ``lowercase`` enables
-        the lowercased second lookup.
+        ``options`` are the constructor's: ``tokenizer`` (teacher model dir, tokenizer.json, or
+        ``tokenizers.Tokenizer``) is used only for the out-of-vocabulary rule and to split
+        Chinese/Japanese; ``lowercase`` enables the lowercased second lookup; ``provenance``.
         """
         langs = [language] if isinstance(language, str) else list(language)
-        return cls(words, vectors, tokenizer=tokenizer, lowercase=lowercase, languages=langs,
-                   provenance=provenance)
+        return cls(words, vectors, languages=langs, **options)
 
     @property
     def dim(self) -> int:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from swe import storage
-
-__all__ = ["get", "init_ray", "pyarrow_filesystem"]
+__all__ = ["get", "init_ray"]
 
 
 def init_ray(**kwargs) -> None:
@@ -33,17 +32,7 @@ def init_ray(**kwargs) -> None:
     ray.init(**kwargs)
 
 
-def pyarrow_filesystem(url: str):
-    """``(pyarrow FileSystem, path)`` for ``url``, backed by the same fsspec filesystem."""
-    from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
-
-    fs, path = storage.filesystem(url)
-    if storage.is_local(url):
-        return LocalFileSystem(), os.path.abspath(path)
-    return PyFileSystem(FSSpecHandler(fs)), path
-
-
-def get(refs):
+def get(refs: Any) -> Any:
     """``ray.get`` that re-raises a task's own exception (e.g. ``ValueError``) as itself, so
     users see the clear message the task raised rather than a wrapped ``RayTaskError``."""
     import ray

@@ -1,20 +1,30 @@
-"""Paths as fsspec URLs: local paths and ``s3://`` behave the same.
+"""All I/O: paths as fsspec URLs (local and ``s3://`` behave the same), input files in every
+format and compression, Parquet, numpy archives, tokenizers, and pyarrow filesystems for Ray.
 
 Credentials and endpoints come from the environment (``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``), never from configs or logs.
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``), never from configs or logs. Named ``storage``
+rather than ``io`` so it never shadows the standard library's ``io``.
 """
 
 from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, BinaryIO
 
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["access_hint", "check_writable", "filesystem", "find", "is_local", "join", "load_npz",
-           "naming", "read_bytes", "read_text", "save_npz", "write_bytes"]
+__all__ = ["access_hint", "check_writable", "expand_inputs", "filesystem", "find", "input_format",
+           "is_local", "iter_lines", "join", "load_npz", "load_tokenizer", "naming", "open_input",
+           "pyarrow_filesystem", "read_bytes", "read_parquet", "read_text", "save_npz",
+           "write_bytes", "write_parquet"]
+
+_COMPRESSION = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bz2"}
+_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
+            ".json": "jsonl", ".txt": "text", ".text": "text"}
 
 
 def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
@@ -57,7 +67,7 @@ def access_hint(url: str) -> str:
 
 
 @contextmanager
-def naming(url: str, action: str):
+def naming(url: str, action: str) -> Iterator[None]:
     """Re-raise a storage error of ``action`` ("reading"/"writing") with ``url`` and a hint in
     its message: object stores answer just "Forbidden" or "Access Denied"."""
     try:
@@ -119,3 +129,124 @@ def load_npz(url: str) -> dict:
 
     with np.load(io.BytesIO(read_bytes(url)), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
+
+
+def pyarrow_filesystem(url: str) -> tuple[Any, str]:
+    """``(pyarrow FileSystem, path)`` for ``url``, backed by the same fsspec filesystem."""
+    from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
+
+    fs, path = filesystem(url)
+    if is_local(url):
+        return LocalFileSystem(), os.path.abspath(path)
+    return PyFileSystem(FSSpecHandler(fs)), path
+
+
+# -- input files ---------------------------------------------------------------------------------
+
+
+def _split_compression(path: str) -> tuple[str, str | None]:
+    for ext, comp in _COMPRESSION.items():
+        if path.endswith(ext):
+            return path[: -len(ext)], comp
+    return path, None
+
+
+def input_format(path: str, fmt: str = "auto") -> tuple[str, str | None]:
+    """``(format, compression)`` of an input file; ``fmt`` overrides the extension."""
+    stem, comp = _split_compression(path)
+    if fmt != "auto":
+        if fmt not in ("parquet", "jsonl", "text"):
+            raise ValueError(f"unknown --format {fmt!r}; use auto, parquet, jsonl or text")
+        return fmt, comp
+    ext = os.path.splitext(stem)[1].lower()
+    if ext not in _FORMATS:
+        raise ValueError(f"cannot tell the format of {path} from its extension; pass --format "
+                         "parquet, jsonl or text")
+    return _FORMATS[ext], comp
+
+
+def expand_inputs(patterns: list[str]) -> list[str]:
+    """Files matched by paths, globs or directories (recursively), sorted; never empty."""
+    files: list[str] = []
+    for pattern in patterns:
+        fs, path = filesystem(pattern)
+        proto = "" if is_local(pattern) else pattern.split("://", 1)[0] + "://"
+        if any(c in path for c in "*?["):
+            found = sorted(fs.glob(path))
+        elif fs.isdir(path):
+            found = sorted(p for p in fs.find(path)
+                           if not os.path.basename(p).startswith(("_", ".")))
+        elif fs.exists(path):
+            found = [path]
+        else:
+            raise FileNotFoundError(f"input not found: {pattern}")
+        found = [p for p in found if not fs.isdir(p)]
+        if not found:
+            raise FileNotFoundError(f"no input files match {pattern}")
+        files.extend(proto + p for p in found)
+    return files
+
+
+def open_input(path: str) -> BinaryIO:
+    """A binary stream of an input file (local or s3://), decompressed by its extension."""
+    fs, p = filesystem(path)
+    _, comp = _split_compression(path)
+    return fs.open(p, "rb", compression=comp)
+
+
+def iter_lines(f: BinaryIO, chunk_size: int = 1 << 22) -> Iterator[bytes]:
+    """Lines of a binary stream without their ``\\n``; works on any stream with ``read``
+    (some decompressors cannot ``readline``). A last line without a newline still counts."""
+    rest = b""
+    while chunk := f.read(chunk_size):
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
+# -- Parquet and tokenizers ------------------------------------------------------------------------
+
+
+def write_parquet(url: str, table: Any) -> None:
+    """Write a pyarrow table as one Parquet file (row groups of 4,096 rows)."""
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=4096)
+    write_bytes(url, buf.getvalue())
+
+
+def read_parquet(url: str, columns: list[str] | None = None) -> Any:
+    """A Parquet file (local or s3://) as a pyarrow table."""
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(url)
+    with fs.open(path, "rb") as f:
+        return pq.read_table(f, columns=columns)
+
+
+def load_tokenizer(spec: Any) -> Any:
+    """A ``tokenizers.Tokenizer`` from a model dir, a tokenizer.json path or an instance (copied),
+    with padding and truncation off (the MiniLM tokenizer.json pads and truncates to 128)."""
+    from tokenizers import Tokenizer
+
+    if isinstance(spec, Tokenizer):
+        tok = Tokenizer.from_str(spec.to_str())
+    else:
+        path = os.fspath(spec)
+        if is_local(path) and os.path.isdir(path):
+            path = os.path.join(path, "tokenizer.json")
+        elif not path.endswith(".json"):
+            path = join(path, "tokenizer.json")
+        try:
+            tok = Tokenizer.from_str(read_text(path))
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"tokenizer not found: {path} (pass a teacher model dir holding tokenizer.json, "
+                "or the tokenizer.json itself)"
+            ) from None
+    tok.no_padding()
+    tok.no_truncation()
+    return tok

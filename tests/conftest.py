@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from swe.eval.data import data_root
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("SWE_DATA", ROOT.parent / "shared" / "data"))
+DATA = data_root()
 BUCKET = "swe-test"
 
 
@@ -23,14 +25,14 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm() -> Path:
-    from swe.baselines import minilm_dir
+    from swe.build.teacher import minilm_dir
 
     return minilm_dir()
 
 
 @pytest.fixture(scope="session")
 def glove():
-    from swe.baselines import glove_50d
+    from swe.eval.baselines import glove_50d
 
     return glove_50d()
 

@@ -1,4 +1,4 @@
-"""swe.analysis on hand-built models whose answers are known."""
+"""swe.eval.analysis on hand-built models whose answers are known."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from swe.analysis import (
+from swe.eval.analysis import (
     frequency_ranks,
     norm_by_frequency_bins,
     norm_frequency_spearman,

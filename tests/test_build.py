@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from swe import StaticModel, storage
-from swe.build import run_build
-from swe.config import load_config
+from swe.build import build, load_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -35,11 +34,11 @@ def test_quickstart_build_on_s3(s3, corpus_lines, minilm):
     storage.write_bytes(f"{s3}/build-corpus/en.txt.xz", data)
     cfg = _cfg(f"{s3}/builds/quick", f"{s3}/build-corpus/en.txt.xz",
                ["corpus.en.split_sentences=true"])
-    report = run_build(cfg)
-    assert report["corpus"]["invalid_utf8_lines"] == 1
-    assert report["vocab"]["en"]["size"] == 150
+    report = build(cfg)
+    assert report["corpus"].invalid_utf8_lines == 1
+    assert report["vocab"].sizes["en"] == 150
     sel = report["selection"]
-    assert sel["naive_encodes"] == 600 and 0 < sel["unique_sentences"] < 600
+    assert sel.naive_encodes == 600 and 0 < sel.unique_sentences < 600
 
     step1 = StaticModel.load(f"{s3}/builds/quick/step1")
     final = StaticModel.load(f"{s3}/builds/quick/model")
@@ -48,8 +47,8 @@ def test_quickstart_build_on_s3(s3, corpus_lines, minilm):
     assert np.isclose(np.linalg.norm(v), 1.0)
 
     # One word's step-1 vector equals the teacher's token states averaged by hand.
-    from swe.stages.corpus import read_parquet
-    from swe.teacher import Teacher
+    from swe.build.teacher import Teacher
+    from swe.storage import read_parquet
 
     word = step1.words[10]
     teacher = Teacher(str(minilm))
@@ -62,7 +61,7 @@ def test_quickstart_build_on_s3(s3, corpus_lines, minilm):
         for row in t:
             if wid in row["word_ids"]:
                 hidden, offsets, mask = teacher.hidden_states([row["text"]])
-                from swe.stages.extraction import align
+                from swe.build.stages.extraction import align
                 from swe.text import language, units
 
                 idx = align(units(row["text"], language("en")), [word], offsets[0], mask[0])
@@ -77,9 +76,9 @@ def test_resume_after_interruption_gives_the_same_model(tmp_path, corpus_lines):
     src.write_text("".join(corpus_lines))
     out = tmp_path / "build"
     cfg = _cfg(str(out), str(src))
-    run_build(cfg, until="selection")
+    build(cfg, until="selection")
     assert not (out / "work" / "extraction").exists()
-    first = run_build(cfg)
+    first = build(cfg)
     model_a = StaticModel.load(out / "model")
     done = {s: (out / "work" / s / "_DONE.json").read_text() for s in ("corpus", "vocab")}
 
@@ -89,7 +88,7 @@ def test_resume_after_interruption_gives_the_same_model(tmp_path, corpus_lines):
     shards[0].unlink()
     (out / "work" / "extraction" / "partials" / (shards[0].stem + ".npz")).unlink()
     (out / "work" / "pca" / "_DONE.json").unlink()
-    second = run_build(cfg)
+    second = build(cfg)
     model_b = StaticModel.load(out / "model")
     assert {s: (out / "work" / s / "_DONE.json").read_text() for s in done} == done
     assert model_a.words == model_b.words
@@ -97,8 +96,8 @@ def test_resume_after_interruption_gives_the_same_model(tmp_path, corpus_lines):
     assert first["selection"] == second["selection"]
 
     # A changed PCA setting reruns only the PCA stage.
-    third = run_build(_cfg(str(out), str(src), ["pca.abtt=false"]))
-    assert third["pca"]["dropped_top"] == 0
+    third = build(_cfg(str(out), str(src), ["pca.abtt=false"]))
+    assert third["pca"].dropped_top == 0
     assert json.loads((out / "work" / "extraction" / "_DONE.json").read_text())
 
 
@@ -107,7 +106,7 @@ def test_model2vec_mode(tmp_path, corpus_lines):
     src.write_text("".join(corpus_lines))
     cfg = _cfg(str(tmp_path / "m2v"), str(src), ["extraction.mode='model2vec'",
                                                   "pca.level='word'"])
-    report = run_build(cfg)
-    assert "selection" not in report and report["pca"]["level"] == "word"
+    report = build(cfg)
+    assert "selection" not in report and report["pca"].level == "word"
     model = StaticModel.load(tmp_path / "m2v" / "model")
     assert len(model) == 150 and model.dim == 64

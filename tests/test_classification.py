@@ -5,7 +5,7 @@ learns (and does not learn from shuffled labels)."""
 import numpy as np
 import pytest
 
-from swe import classification as cl
+from swe.eval import classification as cl
 
 SIZES = {"mr": 10662, "cr": 3775, "subj": 10000, "mpqa": 10606, "agnews": 7600}
 

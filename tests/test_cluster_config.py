@@ -179,7 +179,7 @@ def test_rayjob_structure(rayjob):
 
 
 def test_rayjob_entrypoint_is_a_valid_build(rayjob):
-    from swe.config import load_config
+    from swe.build.config import load_config
 
     argv = shlex.split(rayjob["spec"]["entrypoint"])
     assert not {"&&", ";", "|", "cd"} & set(argv), "KubeRay pastes the entrypoint into a shell"

@@ -1,6 +1,6 @@
 import pytest
 
-from swe.config import ConfigError, load_config
+from swe.build.config import ConfigError, load_config
 
 QUICK = "pipelines/configs/quickstart.toml"
 

@@ -4,7 +4,7 @@ the real data."""
 import numpy as np
 import pytest
 
-from swe import evaluate as ev
+import swe.eval as ev
 
 
 def test_spearman_with_ties_by_hand():

@@ -23,8 +23,7 @@ import pytest
 from procs import own_ray_pids
 
 from swe import StaticModel
-from swe.build import run_build
-from swe.config import ConfigError, load_config
+from swe.build import ConfigError, build, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = "pipelines/configs/quickstart.toml"
@@ -70,7 +69,7 @@ def _done(out: Path, stage: str) -> dict | None:
 def reference(ray_session, tmp_path_factory, corpus) -> Path:
     """An undisturbed build of the small config."""
     out = tmp_path_factory.mktemp("fail-ref") / "build"
-    run_build(_cfg(out, corpus))
+    build(_cfg(out, corpus))
     return out
 
 
@@ -126,11 +125,11 @@ def test_killed_extraction_actor_gives_the_same_model(reference, tmp_path, corpu
 
     killer = threading.Thread(target=kill_a_busy_actor)
     killer.start()
-    report = run_build(_cfg(out, corpus))
+    report = build(_cfg(out, corpus))
     killer.join()
     assert len(killed) == 1, "no busy extraction actor was found and killed"
     assert killed[0][1] is False  # killed mid-stage
-    assert report["extraction"]["sentences"] == _done(reference, "extraction")["stats"][
+    assert report["extraction"].sentences == _done(reference, "extraction")["stats"][
         "sentences"]
     _same_model(reference, out)
 
@@ -278,7 +277,7 @@ def test_truncated_xz_names_the_file(ray_session, tmp_path, lines):
     out = tmp_path / "out"
     cfg = load_config(QUICK, [*SMALL, f"corpus.en.paths=['{good}', '{bad}']"], output=str(out))
     with pytest.raises(ValueError, match="truncated or corrupt compressed file") as e:
-        run_build(cfg)
+        build(cfg)
     assert str(bad) in str(e.value) and "re-download" in str(e.value)
     assert _done(out, "corpus") is None
 
@@ -300,32 +299,32 @@ def test_bad_input_continues_with_recorded_warnings(ray_session, tmp_path, lines
     out = tmp_path / "out"
     extra = ["vocab.size=5000", "corpus.en.max_lines=0"]
     cfg = _cfg(out, d, extra)
-    report = run_build(cfg, until="vocab")
-    corpus_warn = report["corpus"]["warnings"]
-    assert report["corpus"]["invalid_utf8_lines"] == 1
-    assert report["corpus"]["lines"] == 500 + 300 + 1
+    report = build(cfg, until="vocab")
+    corpus_warn = report["corpus"].warnings
+    assert report["corpus"].invalid_utf8_lines == 1
+    assert report["corpus"].lines == 500 + 300 + 1
     assert any(f"{d / 'b.txt'}: no non-blank lines" in w for w in corpus_warn)
     assert any(f"{d / 'a.txt'}: 1 line(s) not valid UTF-8, skipped" in w for w in corpus_warn)
-    assert report["sentences"]["dropped_by_length"] >= 1  # the 5 MB line (> max_tokens)
-    longest = max(len(t) for s in report["sentences"]["shards"]["en"]
+    assert report["sentences"].dropped_by_length >= 1  # the 5 MB line (> max_tokens)
+    longest = max(len(t) for s in report["sentences"].shards["en"]
                   for t in _texts(s["path"]))
     assert longest < 2000
-    size = report["vocab"]["en"]["size"]
+    size = report["vocab"].sizes["en"]
     assert size < 5000
-    assert report["vocab"]["warnings"] == [
+    assert report["vocab"].warnings == [
         f"en: only {size} words occur 3+ times, fewer than vocab.size = 5000; add corpus, or "
         "lower vocab.size or vocab.min_count"]
-    assert _done(out, "vocab")["stats"]["warnings"] == report["vocab"]["warnings"]
+    assert _done(out, "vocab")["stats"]["warnings"] == report["vocab"].warnings
 
     # ... or stops, per config: vocab.on_short = 'error' (corpus and sentences are reused).
     cfg = _cfg(out, d, [*extra, "vocab.on_short='error'"])
     with pytest.raises(ValueError, match=r"fewer than vocab.size = 5000.*on_short = 'warn'"):
-        run_build(cfg, until="vocab")
+        build(cfg, until="vocab")
     assert _done(out, "sentences") and _done(out, "vocab") is None
 
 
 def _texts(url: str) -> list[str]:
-    from swe.stages.corpus import read_parquet
+    from swe.storage import read_parquet
 
     return read_parquet(url, ["text"]).column("text").to_pylist()
 
@@ -333,13 +332,13 @@ def _texts(url: str) -> list[str]:
 def test_bad_bytes_policy(ray_session, tmp_path, lines):
     src = tmp_path / "a.txt"
     src.write_bytes(b"".join(x.encode() for x in lines[:300]) + b"bad \xff byte here\n")
-    report = run_build(_cfg(tmp_path / "replace", src, ["corpus.en.on_bad_bytes='replace'"]),
+    report = build(_cfg(tmp_path / "replace", src, ["corpus.en.on_bad_bytes='replace'"]),
                        until="corpus")
-    assert report["corpus"]["lines"] == 301 and report["corpus"]["invalid_utf8_lines"] == 1
-    assert "decoded with U+FFFD" in report["corpus"]["warnings"][0]
+    assert report["corpus"].lines == 301 and report["corpus"].invalid_utf8_lines == 1
+    assert "decoded with U+FFFD" in report["corpus"].warnings[0]
     out = tmp_path / "error"
     with pytest.raises(ValueError, match=re.escape(f"{src}: line 301 is not valid UTF-8")):
-        run_build(_cfg(out, src, ["corpus.en.on_bad_bytes='error'"]), until="corpus")
+        build(_cfg(out, src, ["corpus.en.on_bad_bytes='error'"]), until="corpus")
     assert _done(out, "corpus") is None
     with pytest.raises(ConfigError, match=r"corpus\.en\.on_bad_bytes = 'drop'; use skip, replace"):
         _cfg(out, src, ["corpus.en.on_bad_bytes='drop'"])
@@ -352,7 +351,7 @@ def test_no_sentence_in_the_length_window(ray_session, tmp_path, lines):
     src.write_text("".join(" ".join(x.split()[:4]) + "\n" for x in lines[:300]))
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="no en sentence has 30–64 teacher tokens: widen"):
-        run_build(_cfg(out, src, ["sentences.min_tokens=30"]))
+        build(_cfg(out, src, ["sentences.min_tokens=30"]))
     assert _done(out, "corpus") and _done(out, "sentences") is None
 
 
@@ -361,5 +360,5 @@ def test_all_input_files_empty(ray_session, tmp_path):
     src.write_text("\n\n  \n")
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="no non-blank lines"):
-        run_build(_cfg(out, src))
+        build(_cfg(out, src))
     assert _done(out, "corpus") is None

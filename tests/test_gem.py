@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from swe import StaticModel
-from swe.gem import EPS, GEMEncoder, coarse_embedding, window_residuals
+from swe.eval.gem import EPS, GEMEncoder, coarse_embedding, window_residuals
 
 WORDS = [f"w{i}" for i in range(100)] + ["."]
 

@@ -4,7 +4,7 @@ brute-force full-matrix version, and a BUCC-style run on real Tatoeba data."""
 import numpy as np
 import pytest
 
-from swe import mining
+from swe.eval import mining
 
 
 def test_margin_candidates_by_hand():
@@ -65,7 +65,8 @@ def test_bucc_recovers_hidden_pairs_on_real_data(data_dir, minilm):
     distractors: the (uncased) teacher must find them; pairs with a wrong English sentence must
     not be found. (GloVe means score only ~69 F1 here: random Wikipedia distractor pairs such as
     two "There are at least 20 described species in …" outscore the gold margins.)"""
-    from swe.evaluate import TeacherEncoder, read_tatoeba
+    from swe.eval.encoders import TeacherEncoder
+    from swe.eval.retrieval import read_tatoeba
 
     teacher = TeacherEncoder(str(minilm))
 

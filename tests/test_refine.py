@@ -14,8 +14,7 @@ import pytest
 from procs import own_ray_pids
 
 from swe import StaticModel, storage
-from swe.build import run_build
-from swe.config import load_config
+from swe.build import build, load_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -49,11 +48,11 @@ def _history(output) -> dict:
 def test_distillation_lowers_validation_loss(s3, corpus):
     out = f"{s3}/builds/refine-distill"  # checkpoints and the model on object storage
     extra = ["refine.max_steps=60", "refine.patience=100"]
-    report = run_build(_cfg(out, corpus, extra))
+    report = build(_cfg(out, corpus, extra))
     data, r = report["train_data"], report["refine"]
-    assert data["train_rows"] > 200 and 0 < data["dev_rows"] <= 150
-    assert r["steps"] == 60 and r["resumed_at"] == []
-    assert r["best_dev_loss"] < r["initial_dev_loss"] - 0.01
+    assert data.train_rows > 200 and 0 < data.dev_rows <= 150
+    assert r.steps == 60 and r.resumed_at == []
+    assert r.best_dev_loss < r.initial_dev_loss - 0.01
     h = _history(out)
     assert [e["step"] for e in h["history"]] == list(range(5, 61, 5))
     assert storage.read_bytes(f"{out}/refinement/loss.png")[:4] == b"\x89PNG"
@@ -65,14 +64,14 @@ def test_distillation_lowers_validation_loss(s3, corpus):
     conf = json.loads(storage.read_text(f"{out}/step3/config.json"))
     assert conf["provenance"]["step"] == "step3"
     # A rerun finds every stage done and changes nothing.
-    assert run_build(_cfg(out, corpus, extra))["refine"] == r
+    assert build(_cfg(out, corpus, extra))["refine"] == r
 
 
 def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
     out = tmp_path / "killed"
     cfg = _cfg(out, corpus, ["refine.max_steps=120", "refine.patience=1000",
                              "refine.max_failures=2"])
-    run_build(cfg, until="train_data")
+    build(cfg, until="train_data")
     killed: list[int] = []
 
     def kill_after_first_checkpoint():
@@ -90,11 +89,11 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
 
     killer = threading.Thread(target=kill_after_first_checkpoint)
     killer.start()
-    report = run_build(cfg)
+    report = build(cfg)
     killer.join()
     assert len(killed) == 1, "the Train worker was not found and killed mid-run"
     r = report["refine"]
-    assert r["steps"] == 120 and len(r["resumed_at"]) == 1 and 0 < r["resumed_at"][0] < 120
+    assert r.steps == 120 and len(r.resumed_at) == 1 and 0 < r.resumed_at[0] < 120
     steps = [e["step"] for e in _history(out)["history"]]
     assert steps == list(range(5, 121, 5))  # continued from the checkpoint: no step repeated
 
@@ -114,12 +113,12 @@ def test_bilingual_contrastive_build(tmp_path, data_dir):
         f"corpus.de.paths=['{pairs}', '{de_mono}']", "corpus.de.split_sentences=false",
         f"pairs.en-de.paths=['{pairs}']", "refine.objective='contrastive'",
         "refine.dev_max=100", "refine.max_steps=40", "refine.patience=100"], output=str(out))
-    report = run_build(cfg)
-    assert report["vocab"]["en"]["size"] == 150 and report["vocab"]["de"]["size"] == 150
-    assert report["train_data"]["pairs"] == {"en-de": 1500}
-    assert report["train_data"]["dev_rows"] == 100
+    report = build(cfg)
+    assert report["vocab"].sizes["en"] == 150 and report["vocab"].sizes["de"] == 150
+    assert report["train_data"].pairs == {"en-de": 1500}
+    assert report["train_data"].dev_rows == 100
     r = report["refine"]
-    assert r["best_dev_loss"] < r["initial_dev_loss"]
+    assert r.best_dev_loss < r.initial_dev_loss
     model = StaticModel.load(out / "model")
     assert model.languages == ["en", "de"]
     # Both languages' words, strings shared by the two vocabularies merged into one row.
@@ -128,7 +127,7 @@ def test_bilingual_contrastive_build(tmp_path, data_dir):
     with gzip.open(par / "multi30k_val.tsv.gz", "rt") as f:
         rows = [line.rstrip("\n").split("\t") for line in f][1:301]
     en, de = [r[0] for r in rows], [r[1] for r in rows]
-    from swe.evaluate import top_k
+    from swe.eval.metrics import top_k
 
     acc = [float(np.mean(top_k(m.encode(de), m.encode(en), 1)[1][:, 0] == np.arange(300)))
            for m in (StaticModel.load(out / "step2"), model)]

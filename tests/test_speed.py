@@ -1,4 +1,4 @@
-"""swe.speed: a real measurement of a tiny model in a fresh process (no timing thresholds)."""
+"""swe.eval.speed: a real measurement of a tiny model in a fresh process (no timing thresholds)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from swe.eval.encoders import model_files, size_bytes
+from swe.eval.speed import main, measure, ratio_to, read_texts
 from swe.model import StaticModel
-from swe.speed import main, measure, model_files, ratio_to, read_texts, size_bytes
 
 TEXTS = ["the cat sat", "a dog ran far", "", "cats and dogs", "the the the"] * 20
 
@@ -75,7 +76,7 @@ def test_measure_reports_library_defaults_and_failures(tiny, tmp_path):
 
 
 def test_thread_variables_reach_the_worker(tiny, monkeypatch):
-    import swe.speed as speed
+    import swe.eval.speed as speed
 
     real, seen = speed._set_threads, []
     monkeypatch.setattr(speed, "_set_threads", lambda env, t: seen.append(real(env, t)) or seen[-1])

@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from swe.stages import pca, selection
-from swe.stages.corpus import write_parquet
-from swe.stages.extraction import align, length_batches
+from swe.build.stages import pca, selection
+from swe.build.stages.extraction import align, length_batches
+from swe.storage import write_parquet
 from swe.text import language, units
 
 
@@ -124,3 +124,28 @@ def test_abtt_drops_floor_d_over_100():
     assert fitted.skipped == 2 and fitted.components.shape == (250, 100)
     with pytest.raises(ValueError, match="cannot keep"):
         pca.fit(pca.PCAStats.of(x), dim=249, abtt=True)
+
+
+def test_part_sums_are_the_same_in_any_order():
+    """Batches reach the driver in any order; the per-part sums are exact integers, so the
+    step-1 vectors are bit-identical whatever the order (a rerun gives the same model)."""
+    from swe.build.stages.extraction import FIXED_POINT, PartSums, to_fixed
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(0, 3, (30, 40, 8))
+    batches = [(rng.integers(0, 50, 40), to_fixed(v), rng.integers(1, 4, 40), 7)
+               for v in vectors]
+    results = []
+    for order in (range(30), reversed(range(30)), rng.permutation(30)):
+        acc = PartSums()
+        for i in order:
+            acc.add(*batches[i])
+        results.append(acc.result())
+    for ids, sums, counts in results[1:]:
+        assert np.array_equal(ids, results[0][0]) and np.array_equal(counts, results[0][2])
+        assert np.array_equal(sums, results[0][1])  # bit for bit, not approximately
+    ids, sums, _ = results[0]
+    plain = np.zeros((50, 8))
+    for (w, _, _, _), v in zip(batches, vectors, strict=True):
+        np.add.at(plain, w, v)
+    np.testing.assert_allclose(sums, plain[ids], atol=40 / FIXED_POINT)

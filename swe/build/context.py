@@ -1,0 +1,64 @@
+"""What every stage of one build shares: the config, resolved paths, and saving model steps."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from swe import storage
+from swe.model import StaticModel
+
+if TYPE_CHECKING:
+    from swe.build.config import BuildConfig
+
+__all__ = ["BuildContext"]
+
+
+def _absolute(url: str) -> str:
+    return os.path.abspath(url) if storage.is_local(url) else url
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """One build's config, absolute output and teacher paths (Ray Train workers do not run in
+    the driver's directory)."""
+
+    cfg: BuildConfig
+    output: str
+    teacher: str
+
+    @classmethod
+    def open(cls, cfg: BuildConfig) -> BuildContext:
+        """Resolve paths, check the output is writable (now, not after an hour), start Ray."""
+        from swe.raysetup import init_ray
+
+        out = _absolute(cfg.output.rstrip("/"))
+        storage.check_writable(storage.join(out, "work"))
+        init_ray()
+        return cls(cfg, out, _absolute(cfg.teacher_dir()))
+
+    def path(self, *parts: str) -> str:
+        """A path under the build's output."""
+        return storage.join(self.output, *parts)
+
+    def work(self, stage: str, *parts: str) -> str:
+        """A path under another stage's work directory (``<output>/work/<stage>``)."""
+        return storage.join(self.output, "work", stage, *parts)
+
+    def save_step(self, step: str, words: list[str], vectors: np.ndarray,
+                  publish: bool = True) -> StaticModel:
+        """Save ``<output>/<step>`` (and ``<output>/model`` when ``publish``) with provenance."""
+        cfg = self.cfg
+        provenance = {"step": step, "teacher": cfg.teacher, "build": cfg.name,
+                      "extraction": cfg.extraction.mode, "vocab_size": cfg.vocab.size,
+                      "n": cfg.selection.n, "candidates": cfg.selection.candidates,
+                      "pca": {"level": cfg.pca.level, "dim": cfg.pca.dim, "abtt": cfg.pca.abtt}}
+        model = StaticModel.from_vectors(words, vectors, tokenizer=self.teacher,
+                                         language=cfg.languages, provenance=provenance)
+        model.save(self.path(step))
+        if publish:
+            model.save(self.path("model"))
+        return model

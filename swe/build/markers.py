@@ -1,0 +1,103 @@
+"""Stage directories under ``<output>/work/<stage>/``, their completion markers and config hashes.
+
+A stage's ``_DONE.json`` holds the hash of the config that produced it (chained through every
+upstream stage) and its result; a rerun skips a stage whose marker matches. Long stages also write
+``_shards/<id>.json`` markers, so a killed stage resumes shard by shard. Outputs are written before
+their marker, so a marker never points at partial output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from typing import Any
+
+from swe import storage
+
+__all__ = ["StageDir", "hashed", "stage_hash"]
+
+log = logging.getLogger("swe.build")
+
+
+def stage_hash(*parts: Any) -> str:
+    """A stable hash of config fragments (and upstream hashes) for completion markers."""
+    blob = json.dumps(parts, sort_keys=True, default=lambda o: dataclasses.asdict(o))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def hashed(section: Any, **neutral: Any) -> dict:
+    """A config section as hashed, without the keys added later that are at their default, so
+    adding such a key keeps the markers of earlier builds valid."""
+    d = dataclasses.asdict(section)
+    for key, value in neutral.items():
+        if d.get(key) == value:
+            d.pop(key)
+    return d
+
+
+@dataclasses.dataclass
+class StageDir:
+    """One stage's work directory, config hash, markers and the warnings it records."""
+
+    output: str
+    name: str
+    config_hash: str
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def dir(self) -> str:
+        """``<output>/work/<stage>``."""
+        return storage.join(self.output, "work", self.name)
+
+    def path(self, *parts: str) -> str:
+        """A path inside the stage's directory."""
+        return storage.join(self.dir, *parts)
+
+    def marker(self) -> dict | None:
+        """The stage's ``_DONE.json`` as written, or ``None``."""
+        try:
+            return json.loads(storage.read_text(self.path("_DONE.json")))
+        except FileNotFoundError:
+            return None
+
+    def done_stats(self) -> dict | None:
+        """The recorded result when the stage completed with this exact config, else ``None``."""
+        marker = self.marker()
+        if marker is None or marker.get("config_hash") != self.config_hash:
+            return None
+        return marker.get("stats", {})
+
+    def write_marker(self, stats: dict) -> None:
+        """Mark the stage complete with ``stats`` (its result)."""
+        storage.write_bytes(self.path("_DONE.json"), json.dumps(
+            {"config_hash": self.config_hash, "stats": stats}, indent=2).encode())
+
+    def warn(self, message: str) -> None:
+        """Log a warning and record it under ``warnings`` in the stage's ``_DONE.json``."""
+        log.warning("[%s] %s", self.name, message)
+        self.warnings.append(message)
+
+    def shard_done(self, shard: str) -> dict | None:
+        """A finished shard's recorded stats (same config), else ``None``."""
+        try:
+            m = json.loads(storage.read_text(self.path("_shards", f"{shard}.json")))
+        except FileNotFoundError:
+            return None
+        return m if m.get("config_hash") == self.config_hash else None
+
+    def mark_shard(self, shard: str, stats: dict) -> None:
+        """Record one finished shard."""
+        storage.write_bytes(self.path("_shards", f"{shard}.json"),
+                            json.dumps({"config_hash": self.config_hash, **stats}).encode())
+
+    def clear_if_stale(self) -> None:
+        """Remove the stage's outputs when a different config produced them."""
+        marker = self.marker()
+        if marker is None or marker.get("config_hash") == self.config_hash:
+            return
+        log.info("[%s] config changed since the last run: recomputing", self.name)
+        fs, path = storage.filesystem(self.dir)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)

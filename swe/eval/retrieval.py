@@ -1,0 +1,39 @@
+"""Translation retrieval on Tatoeba: each sentence's nearest neighbour on the other side."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from swe.eval.encoders import Encoder
+from swe.eval.metrics import macro_f1, top_k
+
+__all__ = ["read_tatoeba", "tatoeba"]
+
+
+def read_tatoeba(lang: str, root: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """The aligned ``lang`` and English sentences of ``tatoeba.{lang}-eng.*`` under ``root``."""
+    root = Path(root)
+    files = [root / f"tatoeba.{lang}-eng.{lang}", root / f"tatoeba.{lang}-eng.eng"]
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"Tatoeba file not found: {f}")
+    xs, en = (f.read_text(encoding="utf-8").rstrip("\n").split("\n") for f in files)
+    if len(xs) != len(en):
+        raise ValueError(f"{files[0]} and {files[1]} differ in length")
+    return xs, en
+
+
+def tatoeba(encoder: Encoder, lang: str, root: str | os.PathLike) -> dict[str, float]:
+    """Tatoeba translation retrieval for ``lang``-eng: nearest neighbour by cosine in both
+    directions; accuracy × 100 each way and MTEB's F1 (``lang`` → eng, macro) × 100."""
+    xs, en = read_tatoeba(lang, root)
+    ex, ee = encoder.encode(xs), encoder.encode(en)
+    gold = np.arange(len(xs))
+    x2e = top_k(ex, ee, 1)[1][:, 0]
+    e2x = top_k(ee, ex, 1)[1][:, 0]
+    acc_x2e, acc_e2x = 100 * float(np.mean(x2e == gold)), 100 * float(np.mean(e2x == gold))
+    return {"acc": (acc_x2e + acc_e2x) / 2, f"acc_{lang}_eng": acc_x2e,
+            f"acc_eng_{lang}": acc_e2x, "f1": 100 * macro_f1(gold, x2e)}

@@ -1,0 +1,90 @@
+"""The evaluation tasks: the one registry from a task name to the function that runs it.
+
+Names:
+
+* ``stsb-dev``, ``stsb-test``: STS-B (Spearman × 100 of cosine similarity);
+* ``sts:PATH``: an STS TSV/CSV with ``sentence1``, ``sentence2``, ``score``, or a dir of them
+  (their mean);
+* ``tatoeba-XXX``: Tatoeba XXX–eng translation retrieval (e.g. ``tatoeba-deu``);
+* ``bucc-XXX``: the Tatoeba XXX–eng pairs mined among distractor sentences (XXX in deu, cmn,
+  jpn; :func:`swe.eval.mining.bucc_tatoeba`);
+* ``mr``, ``cr``, ``subj``, ``mpqa``, ``sst2``, ``trec``, ``agnews``: classification on frozen
+  embeddings, and ``classification`` for all seven.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from swe.eval import classification
+from swe.eval.data import STSB, TATOEBA, data_root
+from swe.eval.encoders import Encoder
+from swe.eval.mining import bucc_tatoeba
+from swe.eval.retrieval import tatoeba
+from swe.eval.similarity import sts_dir
+
+__all__ = ["FAMILIES", "GROUPS", "NAMED", "TaskKind", "UnknownTaskError", "expand", "headline",
+           "resolve", "run_task"]
+
+
+class UnknownTaskError(ValueError):
+    """A task name the registry does not know."""
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """How a kind of task runs (``run(encoder, arg, data, distractors)``) and the metric its
+    table column shows."""
+
+    run: Callable[[Encoder, str, Path, int], dict[str, float]]
+    metric: str
+
+
+#: ``prefix + ARG`` tasks.
+FAMILIES: dict[str, TaskKind] = {
+    "stsb-": TaskKind(lambda enc, split, data, _: sts_dir(enc, data / STSB / f"{split}.tsv"),
+                      "spearman"),
+    "sts:": TaskKind(lambda enc, path, data, _: sts_dir(enc, path), "spearman"),
+    "tatoeba-": TaskKind(lambda enc, lang, data, _: tatoeba(enc, lang, data / TATOEBA), "acc"),
+    "bucc-": TaskKind(lambda enc, lang, data, n: bucc_tatoeba(enc, lang, data, n), "f1"),
+}
+#: Tasks by exact name (the argument is the name).
+NAMED: dict[str, TaskKind] = {
+    name: TaskKind(lambda enc, task, data, _: classification.classify(enc, task, data), "acc")
+    for name in classification.TASKS}
+#: Names that stand for several tasks.
+GROUPS: dict[str, tuple[str, ...]] = {"classification": classification.TASKS}
+
+
+def resolve(task: str) -> tuple[TaskKind, str]:
+    """The kind of ``task`` and its argument; :class:`UnknownTaskError` if there is none."""
+    if task in NAMED:
+        return NAMED[task], task
+    for prefix, kind in FAMILIES.items():
+        if task.startswith(prefix) and len(task) > len(prefix):
+            return kind, task[len(prefix):]
+    raise UnknownTaskError(f"unknown task {task!r}; see --help")
+
+
+def expand(tasks: Iterable[str]) -> list[str]:
+    """``tasks`` with each group replaced by its members, every name checked."""
+    out = [t for task in tasks for t in GROUPS.get(task, (task,))]
+    for task in out:
+        resolve(task)
+    return out
+
+
+def headline(task: str) -> str:
+    """The metric a task's table column shows."""
+    return resolve(task)[0].metric
+
+
+def run_task(encoder: Encoder, task: str, data: str | os.PathLike | None = None,
+             distractors: int = 20_000) -> dict[str, float]:
+    """Run ``task`` on ``encoder`` with the data under ``data`` (default
+    :func:`~swe.eval.data.data_root`); ``distractors`` per side for ``bucc-XXX``."""
+    kind, arg = resolve(task)
+    return kind.run(encoder, arg, Path(data or data_root()), distractors)
