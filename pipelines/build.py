@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     """Parse arguments, validate the config, run the build; the exit status."""
     from swe.build.stages import STAGE_NAMES
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter,
+                                epilog="every config key with its type, default, range and "
+                                       "meaning: python -m swe.build")
     p.add_argument("--config", required=True, help="TOML config (pipelines/configs/*.toml)")
     p.add_argument("--output", help="output dir or s3:// prefix (overrides the config's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

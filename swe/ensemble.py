@@ -14,8 +14,13 @@ import numpy as np
 
 from swe import storage
 from swe.model import StaticModel
+from swe.modelfiles import ModelFileError, ModelFolder, invalidate
 
 __all__ = ["EnsembleModel"]
+
+FORMAT = "swe-ensemble"
+ENSEMBLE = "ensemble.json"
+MAX_MEMBERS = 64
 
 
 class EnsembleModel:
@@ -49,18 +54,28 @@ class EnsembleModel:
         return out[0] if single else out
 
     def save(self, path: str | os.PathLike) -> None:
-        """Members under ``member_<i>/`` and the weights in ``ensemble.json``."""
+        """Members under ``member_<i>/``, then the weights in ``ensemble.json`` (removed first,
+        so an interrupted save leaves a folder that refuses to load)."""
         path = os.fspath(path)
+        target = storage.join(path, ENSEMBLE)
+        invalidate(target)
         for i, m in enumerate(self.models):
             m.save(storage.join(path, f"member_{i}"))
-        meta = {"format": "swe-ensemble", "members": len(self.models), "weights": self.weights}
-        storage.write_bytes(storage.join(path, "ensemble.json"), json.dumps(meta).encode())
+        meta = {"format": FORMAT, "format_version": 1, "members": len(self.models),
+                "weights": self.weights}
+        storage.write_bytes(target, json.dumps(meta).encode())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> EnsembleModel:
-        """Load an ensemble written by :meth:`save`."""
-        path = os.fspath(path)
-        meta = json.loads(storage.read_text(storage.join(path, "ensemble.json")))
-        models = [StaticModel.load(storage.join(path, f"member_{i}"))
-                  for i in range(meta["members"])]
-        return cls(models, meta["weights"])
+        """Load an ensemble written by :meth:`save`; errors name the file at fault."""
+        folder = ModelFolder(os.fspath(path), FORMAT, 1, ENSEMBLE)
+        n = folder.get("members", int)
+        if not 1 <= n <= MAX_MEMBERS:
+            raise ModelFileError(f"{folder.config_path}: members = {n} should be 1 to "
+                                 f"{MAX_MEMBERS}")
+        weights = folder.get("weights", list)
+        models = [StaticModel.load(storage.join(folder.path, f"member_{i}")) for i in range(n)]
+        try:
+            return cls(models, weights)
+        except (TypeError, ValueError) as e:
+            raise ModelFileError(f"{folder.config_path}: {e}") from None

@@ -19,15 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from swe import storage
+from swe.modelfiles import FORMAT, FORMAT_VERSION, ModelFileError, ModelFolder, write_folder
 from swe.text import cjk_split, has_cjk, is_punctuation, language, strip_marker, words
 
-__all__ = ["FORMAT_VERSION", "StaticModel"]
+__all__ = ["FORMAT_VERSION", "ModelFileError", "StaticModel"]
 
-FORMAT_VERSION = 1
+MAX_TOKENIZER_BYTES = 256 << 20  # a bigger tokenizer.json is refused (the largest known: ~20 MB)
 _TENSOR = "embeddings"
 _SKIP = -1  # a unit that contributes nothing (punctuation, never matched)
 _MEMO_LIMIT = 4_000_000  # distinct surface forms remembered before the memo is reset
@@ -60,6 +62,10 @@ class StaticModel:
 
     Build one with :meth:`from_vectors` or :meth:`load`; encode with :meth:`encode`.
     """
+
+    #: A text longer than this many characters is encoded in pieces of this size (cut at
+    #: whitespace), so its peak memory is that of one piece (docs/reliability.md).
+    text_piece: int = 1 << 20
 
     def __init__(
         self,
@@ -239,14 +245,38 @@ class StaticModel:
         return ids[valid], np.bincount(seg[valid], minlength=len(batch))
 
     def _encode_batch(self, batch: list, offset: int, normalize: bool = True) -> np.ndarray:
+        long = {j: t for j, t in enumerate(batch) if type(t) is str and len(t) > self.text_piece}
+        if long:
+            batch = [None if j in long else t for j, t in enumerate(batch)]
         ids, lengths = self._batch_ids(batch, offset)
         sums = self._segment_sums(ids, lengths)
+        for j, text in long.items():
+            sums[j], lengths[j] = self._long_text_sum(text)
         if not normalize:
             np.divide(sums, np.maximum(lengths, 1)[:, None], out=sums)
             return sums
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         np.divide(sums, norms, out=sums, where=norms > 0)
         return sums
+
+    def _long_text_sum(self, text: str) -> tuple[np.ndarray, int]:
+        """Sum and count of a huge text's word vectors, streamed a piece of at most
+        ``text_piece`` characters at a time (cut at ASCII whitespace, which no word spans), so
+        memory follows the piece, not the text."""
+        total = np.zeros(self.dim, dtype=np.float64)
+        count = 0
+        start, end_of_text, piece = 0, len(text), max(1, int(self.text_piece))
+        while start < end_of_text:
+            end = min(start + piece, end_of_text)
+            if end < end_of_text:
+                cut = max(text.rfind(c, start, end) for c in " \n\t\r")
+                end = cut + 1 if cut > start else end
+            ids, lengths = self._batch_ids([text[start:end]], 0)
+            if ids.size:
+                total += self._segment_sums(ids, lengths)[0]
+                count += int(lengths[0])
+            start = end
+        return total.astype(np.float32), count
 
     def _expand_multi(self, ids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Replace multi-entry codes by their id lists (rare: CJK runs)."""
@@ -279,15 +309,15 @@ class StaticModel:
     # -- persistence --------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike, dtype: str = "float32") -> None:
-        """Write ``model.safetensors``, ``vocab.txt``, ``config.json`` (and ``tokenizer.json``)
-        to a local dir or ``s3://`` prefix. ``dtype`` is ``float32`` or ``float16``."""
+        """Write ``model.safetensors``, ``vocab.txt`` (and ``tokenizer.json``), then
+        ``config.json`` with their checksums, to a local dir or ``s3://`` prefix; an interrupted
+        save leaves a folder that refuses to load. ``dtype`` is ``float32`` or ``float16``."""
         if dtype not in ("float32", "float16"):
             raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-        path = os.fspath(path)
         from swe import __version__
 
         config = {
-            "format": "swe-static",
+            "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "dim": self.dim,
             "vocab_size": len(self),
@@ -300,41 +330,46 @@ class StaticModel:
             "provenance": self.provenance,
             "swe_version": __version__,
         }
-        matrix = self.vectors.astype(dtype)
-        storage.write_bytes(storage.join(path, "model.safetensors"), st_save({_TENSOR: matrix}))
-        storage.write_bytes(storage.join(path, "vocab.txt"),
-                            ("\n".join(self.words) + "\n").encode("utf-8"))
+        files = {"model.safetensors": st_save({_TENSOR: self.vectors.astype(dtype)}),
+                 "vocab.txt": ("\n".join(self.words) + "\n").encode("utf-8")}
         if self.tokenizer is not None:
-            storage.write_bytes(storage.join(path, "tokenizer.json"),
-                                self.tokenizer.to_str().encode("utf-8"))
-        # config.json last: its presence marks a complete model.
-        storage.write_bytes(storage.join(path, "config.json"),
-                            json.dumps(config, indent=2, ensure_ascii=False).encode("utf-8"))
+            files["tokenizer.json"] = self.tokenizer.to_str().encode("utf-8")
+        write_folder(os.fspath(path), files, config)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> StaticModel:
-        """Load a model saved by :meth:`save` from a local dir or ``s3://`` prefix."""
-        path = os.fspath(path)
+        """Load a model saved by :meth:`save` from a local dir or ``s3://`` prefix, checking
+        every file against the sizes and checksums in its ``config.json``."""
+        folder = ModelFolder(os.fspath(path))
         try:
-            config = json.loads(storage.read_text(storage.join(path, "config.json")))
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"no swe model at {path}: config.json is missing (was the save interrupted?)"
-            ) from None
-        if config.get("format") != "swe-static":
-            raise ValueError(f"{path} is not a swe StaticModel (config.json format != swe-static)")
-        if config.get("format_version", 0) > FORMAT_VERSION:
-            raise ValueError(
-                f"{path} has format version {config['format_version']}; this swe reads "
-                f"<= {FORMAT_VERSION}: upgrade swe"
-            )
-        tensors = st_load(storage.read_bytes(storage.join(path, "model.safetensors")))
-        vocab = storage.read_text(storage.join(path, "vocab.txt")).split("\n")
+            tensors = st_load(folder.read("model.safetensors", "model.safetensors"))
+        except SafetensorError as e:
+            raise ModelFileError(f"{folder.path}/model.safetensors is not a safetensors file "
+                                 f"({e}); save the model again") from None
+        if _TENSOR not in tensors:
+            raise ModelFileError(f"{folder.path}/model.safetensors has no {_TENSOR!r} tensor "
+                                 f"(it has {sorted(tensors)})")
+        vocab = folder.read_text("vocab.txt", "vocab.txt").split("\n")
         if vocab and vocab[-1] == "":
             vocab.pop()
-        tok = storage.join(path, config["tokenizer"]) if config.get("tokenizer") else None
-        return cls(vocab, tensors[_TENSOR], tokenizer=tok, lowercase=config["lowercase"],
-                   languages=config["languages"], provenance=config.get("provenance"))
+        tok_name = folder.get("tokenizer", (str, type(None)), None)
+        tokenizer = None
+        if tok_name:
+            from tokenizers import Tokenizer
+
+            text = folder.read_text(tok_name, "tokenizer", MAX_TOKENIZER_BYTES)
+            try:
+                tokenizer = Tokenizer.from_str(text)
+            except Exception as e:  # tokenizers raises a bare Exception on bad JSON
+                raise ModelFileError(f"{folder.path}/{tok_name} is not a tokenizer.json "
+                                     f"({e})") from None
+        try:
+            return cls(vocab, tensors[_TENSOR], tokenizer=tokenizer,
+                       lowercase=folder.get("lowercase", bool),
+                       languages=folder.get("languages", list),
+                       provenance=folder.get("provenance", (dict, type(None)), None))
+        except ValueError as e:
+            raise ModelFileError(f"{folder.path}: {e}") from None
 
 
 def unk_token(tokenizer: Any) -> str | None:

@@ -17,10 +17,10 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["access_hint", "check_writable", "expand_inputs", "filesystem", "find", "input_format",
-           "is_local", "iter_lines", "join", "load_npz", "load_tokenizer", "naming", "open_input",
-           "pyarrow_filesystem", "read_bytes", "read_parquet", "read_text", "save_npz",
-           "write_bytes", "write_parquet"]
+__all__ = ["access_hint", "check_writable", "expand_inputs", "filesystem", "find", "fingerprint",
+           "input_format", "is_local", "iter_lines", "join", "load_npz", "load_tokenizer", "naming",
+           "open_input", "pyarrow_filesystem", "read_bytes", "read_parquet", "read_text",
+           "save_npz", "write_bytes", "write_bytes_atomic", "write_parquet"]
 
 _COMPRESSION = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bz2"}
 _FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
@@ -103,6 +103,39 @@ def write_bytes(url: str, data: bytes) -> None:
             fs.makedirs(parent, exist_ok=True)
         with fs.open(path, "wb") as f:
             f.write(data)
+
+
+def write_bytes_atomic(url: str, data: bytes) -> None:
+    """Write a whole file so that readers see the old content or all of the new, never part:
+    a temporary name then a rename locally; one PUT (atomic by itself) on object stores."""
+    if not is_local(url):
+        write_bytes(url, data)
+        return
+    _, path = filesystem(url)
+    tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        write_bytes(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def fingerprint(url: str) -> str:
+    """A short hash of every file under ``url`` (name, size, and mtime or ETag): changes when any
+    file is added, removed, rewritten or touched; no file is read."""
+    import hashlib
+
+    fs, path = filesystem(url)
+    with naming(url, "reading"):
+        infos = fs.find(path, detail=True)
+    h = hashlib.sha256()
+    for name in sorted(infos):
+        info = infos[name]
+        stamp = info.get("ETag") or info.get("mtime") or info.get("LastModified") or ""
+        h.update(f"{name[len(path):]}\0{info.get('size')}\0{stamp}\n".encode())
+    return h.hexdigest()[:16]
 
 
 def check_writable(url: str) -> None:

@@ -54,8 +54,8 @@ def test_refine_and_pairs_validation():
         load_config(QUICK, ["refine.objective='magic'", "refine.batch_size=1", "refine.lr=0",
                             "refine.min_sentences=2"], output="o")
     msg = str(e.value)
-    for needle in ["refine.objective = 'magic'", "batch_size must be >= 2",
-                   "lr, tau and clip must be > 0", "min_sentences = 2 < train_per_word"]:
+    for needle in ["refine.objective = 'magic'", "refine.batch_size = 1 should be >= 2",
+                   "refine.lr = 0 should be > 0", "min_sentences = 2 < train_per_word"]:
         assert needle in msg, (needle, msg)
     with pytest.raises(ConfigError, match=r"trains on translation pairs: add \[pairs"):
         load_config(QUICK, ["refine.objective='contrastive'"], output="o")

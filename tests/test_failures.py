@@ -137,49 +137,62 @@ def test_killed_extraction_actor_gives_the_same_model(reference, tmp_path, corpu
 # -- 2. a killed driver ------------------------------------------------------------------------
 
 
-def _driver(out: Path, corpus: Path, log: Path) -> subprocess.Popen:
+def _driver(out: Path, corpus: Path, log: Path, extra: list[str] = ()) -> subprocess.Popen:
     """``pipelines/build.py`` in its own session with its own local Ray (no RAY_* from the test
     session's Ray in its environment)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     args = [sys.executable, "pipelines/build.py", "--config", QUICK, "--output", str(out)]
-    for item in _overrides(corpus):
+    for item in [*_overrides(corpus), *extra]:
         args += ["--set", item]
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def test_killed_driver_resumes_and_gives_the_same_model(reference, tmp_path, corpus):
-    out = tmp_path / "build"
-    proc = _driver(out, corpus, tmp_path / "run1.log")
+def _kill_driver_inside(out: Path, corpus: Path, log: Path, marker: str, stage: str,
+                        extra: list[str]) -> None:
+    """Run the driver and SIGKILL it once a task marker matching ``marker`` exists while
+    ``stage`` is still unfinished: a kill inside the stage."""
+    proc = _driver(out, corpus, log, extra)
     try:
-        deadline = time.time() + 240
-        while not (out / "work/vocab/_DONE.json").exists():
-            assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
-            assert time.time() < deadline, "the build never finished its vocab stage"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)  # the driver dies mid-build ...
+        deadline = time.time() + 300
+        while not list(out.glob(marker)):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.time() < deadline, f"no {marker} appeared"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)  # the driver dies mid-stage ...
         proc.wait()
     finally:
         _kill_session(proc.pid)  # ... and so does its local Ray
-    stages = ["corpus", "sentences", "vocab", "selection", "extraction", "pca"]
-    finished = [s for s in stages if _done(out, s)]
-    assert "vocab" in finished and "pca" not in finished
-    before = {s: ((out / "work" / s / "_DONE.json").stat().st_mtime_ns, _done(out, s))
-              for s in finished}
+    assert not _done(out, stage), f"{stage} finished before the kill"
 
-    log = tmp_path / "run2.log"
-    proc = _driver(out, corpus, log)
+
+def test_driver_killed_inside_stages_resumes_them_and_gives_the_same_model(reference, tmp_path,
+                                                                            corpus):
+    """Killed inside selection, then inside extraction: each rerun skips the finished stages
+    and the finished tasks of the killed one, and the last gives the reference model."""
+    out, jobs = tmp_path / "build", ["extraction.job_sentences=150"]  # several extraction jobs
+    _kill_driver_inside(out, corpus, tmp_path / "run1.log", "work/selection/_shards/en-B-*",
+                        "selection", jobs)
+    assert list((out / "work/selection/_shards").glob("en-A-*"))
+    _kill_driver_inside(out, corpus, tmp_path / "run2.log",
+                        "work/extraction/_shards/wave-00000.json", "extraction", jobs)
+    text = (tmp_path / "run2.log").read_text()
+    assert "[vocab] start" not in text and "[selection] start" in text
+    assert re.search(r"\[selection\] \d+ of \d+ shards already done", text)  # not redone
+    before = {s: (out / "work" / s / "_DONE.json").stat().st_mtime_ns
+              for s in ("corpus", "sentences", "vocab", "selection")}
+
+    log = tmp_path / "run3.log"
+    proc = _driver(out, corpus, log, jobs)
     try:
         assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     finally:
         _kill_session(proc.pid)
     text = log.read_text()
-    for s in stages:  # finished stages were skipped, the others ran
-        assert (f"[{s}] start" in text) == (s not in finished), s
-    after = {s: ((out / "work" / s / "_DONE.json").stat().st_mtime_ns, _done(out, s))
-             for s in finished}
-    assert after == before
+    assert "[extraction] start" in text and "[selection] start" not in text
+    assert "[extraction] job 1/" not in text  # the first extraction job was not redone
+    assert {s: (out / "work" / s / "_DONE.json").stat().st_mtime_ns for s in before} == before
     _same_model(reference, out)
 
 

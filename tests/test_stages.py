@@ -4,6 +4,7 @@ import lzma
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet
 import pytest
 
 from swe.build.stages import pca, selection
@@ -72,36 +73,53 @@ def _brute_force(texts, ntok, sids, words, n, c):
     return {w: sorted(v)[:n] for w, v in cands.items()}
 
 
-def test_selection_heap_merge_equals_brute_force(tmp_path, data_dir):
+@pytest.mark.parametrize("parts", [1, 3, 11])
+def test_partitioned_selection_equals_brute_force(tmp_path, data_dir, parts):
+    """Passes A, Q, B, M, C over 9 shards and ``parts`` word partitions (more partitions than
+    words included) give exactly the N shortest of each word's first C candidates."""
     with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.02.txt.xz", "rt") as f:
         texts = [next(f).strip() for _ in range(900)]
     rng = np.random.default_rng(1)
     ntok = rng.integers(5, 40, len(texts)).astype(np.int32)  # many ties on purpose
     shards, sids = [], []
-    for k in range(3):
-        sl = slice(k * 300, (k + 1) * 300)
-        sid = (np.int64(k) << 32) + np.arange(300, dtype=np.int64)
+    for k in range(9):
+        sl = slice(k * 100, (k + 1) * 100)
+        sid = (np.int64(k) << 32) + np.arange(100, dtype=np.int64)
         path = str(tmp_path / f"s{k}.parquet")
         write_parquet(path, pa.table({"sid": sid, "text": texts[sl], "ntok": ntok[sl]}))
         shards.append(path)
         sids.extend(sid.tolist())
     words = ["the", "of", "and", "in", "was", "a", "is", "for", "on", "city", "zzzz"]
-    n, c = 5, 60
-    pairs = [p + ".pairs.npz" for p in shards]
-    dfs = [selection.shard_df(p, "en", None, words, pp) for p, pp in zip(shards, pairs,
-                                                                         strict=True)]
-    quotas = selection.quotas(dfs, c)
-    parts = [selection.shard_heaps(p, "en", None, words, q, n, pp)
-             for p, q, pp in zip(shards, quotas, pairs, strict=True)]
-    # Recomputing the pairs from the text gives the same heaps.
-    again = selection.shard_heaps(shards[1], "en", None, words, quotas[1], n)
-    assert all((a == b).all() for a, b in zip(again, parts[1], strict=True))
-    wid, nt, sid = selection.merge_heaps(parts, n)
-    got = {w: [] for w in range(len(words))}
-    for w, k, s in zip(wid.tolist(), nt.tolist(), sid.tolist(), strict=True):
-        got[w].append((k, s))
-    assert got == _brute_force(texts, ntok.tolist(), sids, words, n, c)
-    assert got[words.index("zzzz")] == []
+    vocab = str(tmp_path / "vocab.parquet")
+    write_parquet(vocab, pa.table({"word": words, "count": [1] * len(words)}))
+    n, c, v, out = 5, 60, len(words), str(tmp_path / "work")
+    for k, path in enumerate(shards):
+        selection.pass_a(path, "en", None, vocab, k, v, parts, out)
+    for p in range(parts):
+        selection.pass_q(out, p, v, parts, c, list(range(9)))
+    for k, path in enumerate(shards):
+        selection.pass_b(path, out, k, v, parts, n)
+    missing = sum(selection.pass_m(out, p, v, parts, n)["missing"] for p in range(parts))
+    for k, path in enumerate(shards):
+        selection.pass_c(path, out, k, str(tmp_path / f"part{k}.parquet"), "en")
+    z = {name: np.concatenate([np.load(tmp_path / "work" / "pairs" / f"p{p:04d}.npz")[name]
+                               for p in range(parts)]) for name in ("word_id", "sid")}
+    expected = _brute_force(texts, ntok.tolist(), sids, words, n, c)
+    got = {w: [] for w in range(v)}
+    for w, s in zip(z["word_id"].tolist(), z["sid"].tolist(), strict=True):
+        got[w].append((int(ntok[sids.index(s)]), s))
+    assert got == expected and missing == 1 and got[words.index("zzzz")] == []
+    # Each selected sentence is emitted once, by its own shard, with every word it serves.
+    served: dict[int, list[int]] = {}
+    for k in range(9):
+        if (tmp_path / f"part{k}.parquet").exists():
+            t = pa.parquet.read_table(tmp_path / f"part{k}.parquet").to_pylist()
+            served.update({r["sid"]: r["word_ids"] for r in t})
+    want: dict[int, list[int]] = {}
+    for w, pairs_ in expected.items():
+        for _, s in pairs_:
+            want.setdefault(s, []).append(w)
+    assert served == want
 
 
 def test_distributed_pca_equals_numpy():
@@ -126,26 +144,37 @@ def test_abtt_drops_floor_d_over_100():
         pca.fit(pca.PCAStats.of(x), dim=249, abtt=True)
 
 
-def test_part_sums_are_the_same_in_any_order():
-    """Batches reach the driver in any order; the per-part sums are exact integers, so the
-    step-1 vectors are bit-identical whatever the order (a rerun gives the same model)."""
-    from swe.build.stages.extraction import FIXED_POINT, PartSums, to_fixed
+def test_extraction_sums_are_exact_whatever_the_batching(tmp_path):
+    """Batches reach the reduce in any grouping and order; the per-word sums are exact
+    fixed-point integers, so the step-1 vectors are bit-identical whatever the batching (a
+    rerun, a resumed build or another cluster shape gives the same model)."""
+    from swe.build.shuffle import by_partition, id_partition, write_groups
+    from swe.build.stages.extraction import FIXED_POINT, reduce_sums, to_fixed
 
     rng = np.random.default_rng(0)
-    vectors = rng.normal(0, 3, (30, 40, 8))
-    batches = [(rng.integers(0, 50, 40), to_fixed(v), rng.integers(1, 4, 40), 7)
-               for v in vectors]
-    results = []
-    for order in (range(30), reversed(range(30)), rng.permutation(30)):
-        acc = PartSums()
-        for i in order:
-            acc.add(*batches[i])
-        results.append(acc.result())
-    for ids, sums, counts in results[1:]:
-        assert np.array_equal(ids, results[0][0]) and np.array_equal(counts, results[0][2])
-        assert np.array_equal(sums, results[0][1])  # bit for bit, not approximately
-    ids, sums, _ = results[0]
-    plain = np.zeros((50, 8))
-    for (w, _, _, _), v in zip(batches, vectors, strict=True):
-        np.add.at(plain, w, v)
-    np.testing.assert_allclose(sums, plain[ids], atol=40 / FIXED_POINT)
+    ids, vectors = rng.integers(0, 50, 1200), rng.normal(0, 3, (1200, 8))
+
+    def reduce(order, batch, parts, name):
+        stage = tmp_path / name
+        for b, start in enumerate(range(0, len(order), batch)):
+            rows = order[start:start + batch]
+            gids, inverse = np.unique(ids[rows], return_inverse=True)
+            sums = np.zeros((len(gids), 8), np.int64)
+            np.add.at(sums, inverse, np.stack([to_fixed(v) for v in vectors[rows]]))
+            counts = np.bincount(inverse).astype(np.int64)
+            write_groups(by_partition(id_partition(gids, 50, parts), word_id=gids, sum=sums,
+                                      count=counts),
+                         lambda k, b=b: str(stage / "sums" / "wave00000" / f"p{k:04d}" /
+                                            f"b{b:05d}.npz"))
+        for k in range(parts):
+            reduce_sums(str(stage), k, parts, 50, 1)
+        return {k: dict(np.load(stage / "vectors" / f"p{k:04d}.npz")) for k in range(parts)}
+
+    a = reduce(np.arange(1200), 100, 1, "a")[0]
+    b = reduce(rng.permutation(1200), 37, 1, "b")[0]
+    c = reduce(rng.permutation(1200), 500, 4, "c")
+    assert np.array_equal(a["word_id"], b["word_id"]) and np.array_equal(a["vector"], b["vector"])
+    assert np.array_equal(np.concatenate([c[k]["vector"] for k in range(4)]), a["vector"])
+    plain = np.stack([vectors[ids == w].mean(0) for w in a["word_id"]])
+    np.testing.assert_allclose(a["vector"], plain, atol=1e-9)
+    assert 1 / FIXED_POINT < 1e-9

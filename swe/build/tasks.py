@@ -55,3 +55,26 @@ def wait_logged(name: str, pending: dict, on_done: Callable[[str, Any], None]) -
             log.info("[%s] %d/%d shards, %.2f shards/s, ETA %.0fs", name, done, total, rate,
                      (total - done) / max(rate, 1e-9))
             last = now
+
+
+MiB = 1 << 20
+
+
+def node_id() -> str:
+    """The Ray node a task runs on (recorded in shard markers, to show placement)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+
+
+def remote(fn: Callable, memory: int, what: str, setting: str, cpus: float = 0.5) -> Any:
+    """``ray.remote(fn)`` reserving ``memory`` bytes per task; fails before any work when no
+    node has that much memory, naming the ``setting`` that shrinks the task."""
+    import ray
+
+    largest = max((n["Resources"].get("memory", 0) for n in ray.nodes() if n.get("Alive")),
+                  default=0)
+    if largest and memory > largest:
+        raise ValueError(f"{what} needs ~{memory / 2**30:.1f} GiB per task but the largest node "
+                         f"has {largest / 2**30:.1f} GiB: raise {setting} (or use larger nodes)")
+    return ray.remote(num_cpus=cpus, memory=int(memory))(fn)

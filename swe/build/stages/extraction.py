@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,15 +28,18 @@ import pyarrow.parquet as pq
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.runner import StageResult
+from swe.build.shuffle import by_partition, id_partition, partition_ids, read_files, write_groups
 from swe.build.stages.selection import selected_parts
-from swe.build.stages.vocab import read_vocab
+from swe.build.stages.vocab import read_words
+from swe.build.tasks import MiB, node_id, remote, run_sharded
 from swe.text import language, units
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["Extractor", "PartSums", "Result", "actor_count", "align", "length_batches"]
+__all__ = ["Extractor", "Result", "actor_count", "align", "assemble_step1", "length_batches",
+           "reduce_sums", "to_fixed"]
 
 log = logging.getLogger("swe.build")
 NAME = "extraction"
@@ -47,14 +50,23 @@ MODES = ("sentence", "model2vec")
 class ExtractionConfig:
     """``[extraction]``: the mode and the teacher actor pool."""
 
-    mode: str = "sentence"  # sentence (the paper) | model2vec (each word alone)
-    token_budget: int = 16_384  # padded tokens per teacher forward pass
-    actors: int = 0  # 0 = one per GPU, else one per CPU (single-threaded)
-    threads_per_actor: int = 1  # torch threads of a CPU actor
-    cpus_per_actor: float = 0.5
-    gpus_per_actor: float = 0.0  # 1.0 on GPU clusters
-    batch_size: int = 1024  # sentences handed to an actor at once
-    job_sentences: int = 100_000  # sentences per Ray Data job: the unit of resumption
+    mode: str = field(default="sentence", metadata={"choices": {
+        "sentence": "the paper", "model2vec": "each word alone"}, "help": "extraction mode"})
+    token_budget: int = field(default=16_384, metadata={
+        "min": 512, "help": "padded tokens per teacher forward pass"})
+    actors: int = field(default=0, metadata={
+        "min": 0, "help": "teacher actors; 0 = one per GPU, else one per CPU"})
+    threads_per_actor: int = field(default=1, metadata={
+        "min": 1, "help": "torch threads of a CPU actor"})
+    cpus_per_actor: float = field(default=0.5, metadata={"min": 0, "help": "Ray CPUs per actor"})
+    gpus_per_actor: float = field(default=0.0, metadata={
+        "min": 0, "help": "Ray GPUs per actor; 1.0 on GPU clusters"})
+    batch_size: int = field(default=1024, metadata={
+        "min": 1, "help": "sentences handed to an actor at once"})
+    job_sentences: int = field(default=100_000, metadata={
+        "min": 1, "help": "sentences per Ray Data job: the unit of resumption"})
+    partitions: int = field(default=0, metadata={
+        "min": 0, "help": "word partitions of the sums; 0 = from V (the result is the same)"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,13 +82,7 @@ class Result(StageResult):
 
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
-    """Problems with ``[extraction]``."""
-    ex = cfg.extraction
-    if ex.mode not in MODES:
-        errors.append(f"extraction.mode = {ex.mode!r}; use 'sentence' or 'model2vec'")
-    if ex.token_budget < 512 or min(ex.batch_size, ex.job_sentences, ex.threads_per_actor) < 1:
-        errors.append("extraction: token_budget must be >= 512; batch_size, job_sentences and "
-                      "threads_per_actor >= 1")
+    """Problems with ``[extraction]`` beyond its fields' declarations (none)."""
 
 
 def enabled(cfg: BuildConfig) -> bool:
@@ -94,56 +100,69 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     return (cfg.extraction.mode,)
 
 
+def partitions(cfg: BuildConfig, words: int, dim: int = 1024) -> int:
+    """``extraction.partitions``, or enough that a reduce task holds ~256 MiB of sums."""
+    if cfg.extraction.partitions:
+        return cfg.extraction.partitions
+    return int(min(4096, max(1, -(-words * dim * 24 // (256 * MiB)))))
+
+
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
-    """Extract every unfinished part, sum the partials, save ``<output>/step1``."""
-    vocab, _ = read_vocab(ctx)
-    offsets = np.cumsum([0] + [len(vocab[lang]) for lang in ctx.cfg.languages])
-    waves = _model2vec_waves(ctx, st, vocab) if ctx.cfg.extraction.mode == "model2vec" \
-        else _sentence_waves(ctx, st)
-    stats = _extract(ctx, st, vocab, offsets, waves) if waves else {}
-    if not waves:
-        log.info("[extraction] every part already done")
-    words, vectors, without = _assemble(st, ctx.cfg.languages, vocab, offsets)
-    ctx.save_step("step1", words, vectors, publish=False)
-    return Result(**stats, words=len(words), words_without_vectors=without)
+    """Extract every unfinished wave, reduce the sums by word partition, save step 1 (tasks
+    write and read everything: the driver sees only per-part sentence counts)."""
+    sizes = [done["vocab"].sizes[lang] for lang in ctx.cfg.languages]
+    total, p = sum(sizes), partitions(ctx.cfg, sum(sizes))
+    offsets = dict(zip(ctx.cfg.languages, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
+    waves = _model2vec_waves(ctx) if ctx.cfg.extraction.mode == "model2vec" else \
+        _sentence_waves(ctx)
+    stats = _extract(ctx, st, offsets, total, p, waves)
+    reduce = remote(reduce_sums, 256 * MiB + (total // p + 1) * 4096 * 3, "extraction (reduce)",
+                    "extraction.partitions")
+    reduced = run_sharded(st, [(f"reduce-{k:04d}", lambda k=k: reduce.remote(
+        st.dir, k, p, total, len(waves))) for k in range(p)])
+    assemble = remote(assemble_step1, 512 * MiB + total * 4096 * 3, "extraction (step 1)",
+                      "vocab.size")
+    (words,) = run_sharded(st, [("assemble", lambda: assemble.remote(
+        st.dir, p, {lang: ctx.work("vocab", f"{lang}.parquet") for lang in ctx.cfg.languages},
+        ctx.teacher, ctx.provenance("step1"), ctx.path("step1")))])
+    return Result(**stats, word_vectors=sum(r["vectors"] for r in reduced),
+                  words=words["words"], words_without_vectors=total - words["with_vectors"])
 
 
 Wave = tuple[dict[str, int], Callable[[], Any]]
 
 
-def _model2vec_waves(ctx: BuildContext, st: StageDir, vocab: dict[str, list[str]]) -> list[Wave]:
+def _model2vec_waves(ctx: BuildContext) -> list[Wave]:
     """One job over every vocabulary entry, each its own "sentence"."""
     import ray
 
-    if st.shard_done("m2v"):
-        return []
     tok = storage.load_tokenizer(ctx.teacher)
-    rows = [{"text": w, "lang": lang, "word_ids": [i], "part": "m2v",
-             "ntok": len(tok.encode(w, add_special_tokens=False).ids)}
-            for lang in ctx.cfg.languages for i, w in enumerate(vocab[lang])]
+    rows = []
+    for lang in ctx.cfg.languages:
+        for i, w in enumerate(read_words(ctx.work("vocab", f"{lang}.parquet"))):
+            rows.append({"sid": len(rows), "text": w, "lang": lang, "word_ids": [i],
+                         "part": "m2v", "ntok": len(tok.encode(w, add_special_tokens=False).ids)})
     blocks = max(1, math.ceil(len(rows) / ctx.cfg.extraction.batch_size))
     return [({"m2v": len(rows)}, lambda: ray.data.from_items(rows, override_num_blocks=blocks))]
 
 
-def _sentence_waves(ctx: BuildContext, st: StageDir) -> list[Wave]:
+def _sentence_waves(ctx: BuildContext) -> list[Wave]:
     """Ray Data jobs ("waves") of about ``extraction.job_sentences`` sentences over the
-    unfinished selection parts."""
+    selection parts, in a fixed order (a wave is the unit of resumption)."""
     import ray
 
-    pending = []
+    sized = []
     for url in selected_parts(ctx):
-        key = url.rsplit("/", 1)[-1].removesuffix(".parquet")
-        if not st.shard_done(key):
-            fs, path = storage.filesystem(url)
-            with fs.open(path, "rb") as fh:
-                pending.append((key, url, pq.ParquetFile(fh).metadata.num_rows))
+        fs, path = storage.filesystem(url)
+        with fs.open(path, "rb") as fh:
+            sized.append((url, pq.ParquetFile(fh).metadata.num_rows))
     waves, group = [], []
-    for i, item in enumerate(pending):
+    for i, item in enumerate(sized):
         group.append(item)
-        if sum(g[2] for g in group) >= ctx.cfg.extraction.job_sentences or i == len(pending) - 1:
-            expected = {k: n for k, _, n in group}
-            pafs, _ = storage.pyarrow_filesystem(group[0][1])
-            paths = [storage.pyarrow_filesystem(u)[1] for _, u, _ in group]
+        if sum(g[1] for g in group) >= ctx.cfg.extraction.job_sentences or i == len(sized) - 1:
+            expected = {_part_key(u): n for u, n in group}
+            pafs, _ = storage.pyarrow_filesystem(group[0][0])
+            paths = [storage.pyarrow_filesystem(u)[1] for u, _ in group]
             # Enough blocks that every actor stays busy (a part is one file otherwise).
             blocks = max(len(paths), math.ceil(sum(expected.values())
                                                / ctx.cfg.extraction.batch_size))
@@ -153,95 +172,104 @@ def _sentence_waves(ctx: BuildContext, st: StageDir) -> list[Wave]:
     return waves
 
 
-def _extract(ctx: BuildContext, st: StageDir, vocab: dict[str, list[str]],
-             offsets: np.ndarray, waves: list[Wave]) -> dict:
-    """Run the waves through the teacher actor pool; save and mark each part when complete."""
+def _part_key(path: str) -> str:
+    return path.rsplit("/", 1)[-1].removesuffix(".parquet")
+
+
+def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int, p: int,
+             waves: list[Wave]) -> dict:
+    """Run the unfinished waves through the teacher actor pool; mark each when every one of
+    its parts' sentences is accounted for."""
     import ray
 
     ex = ctx.cfg.extraction
     n_actors = actor_count(ex.actors, ex.gpus_per_actor, ex.threads_per_actor)
-    kwargs = {"teacher_dir": ctx.teacher, "vocab": vocab,
-              "lang_offset": {lang: int(offsets[i]) for i, lang in enumerate(ctx.cfg.languages)},
+    kwargs = {"teacher_dir": ctx.teacher, "lang_offset": offsets, "total": total, "parts": p,
+              "vocab": {lang: ctx.work("vocab", f"{lang}.parquet") for lang in offsets},
               "token_budget": ex.token_budget, "mode": ex.mode,
               "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
               "trust_remote_code": ctx.cfg.trust_remote_code}
-    t0, total_sent, total_vec = time.perf_counter(), 0, 0
+    t0, done_sentences = time.perf_counter(), 0
     for w, (expected, make) in enumerate(waves):
+        if st.shard_done(f"wave-{w:05d}"):
+            continue
+        _remove(st.path("sums", f"wave{w:05d}"))  # a killed attempt's files
         log.info("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),
                  len(expected), sum(expected.values()))
         ds = make().map_batches(
             Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,
-            num_gpus=ex.gpus_per_actor or None, fn_constructor_kwargs=kwargs)
-        acc = {k: PartSums() for k in expected}
+            num_gpus=ex.gpus_per_actor or None,
+            fn_constructor_kwargs={**kwargs, "out": st.path("sums", f"wave{w:05d}")})
+        seen: dict[str, int] = {}
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            for key in acc_add(acc, batch):
-                sent, vec = _finish_part(st, key, acc, expected[key])
-                total_sent, total_vec = total_sent + sent, total_vec + vec
-        if acc:
-            raise RuntimeError(f"extraction ended with incomplete parts: {sorted(acc)}")
-        log.info("[extraction] %d sentences done, %.1f sentences/s", total_sent,
-                 total_sent / max(time.perf_counter() - t0, 1e-9))
+            for part, n in zip(batch.column("part").to_pylist(),
+                               batch.column("sentences").to_pylist(), strict=True):
+                seen[part] = seen.get(part, 0) + n
+        if seen != expected:
+            raise RuntimeError(f"extraction job {w}: sentences per part {seen} != {expected}")
+        st.mark_shard(f"wave-{w:05d}", {"sentences": sum(seen.values())})
+        done_sentences += sum(seen.values())
+        log.info("[extraction] %d sentences done, %.1f sentences/s", done_sentences,
+                 done_sentences / max(time.perf_counter() - t0, 1e-9))
     secs = time.perf_counter() - t0
-    return {"actors": n_actors, "sentences": total_sent, "word_vectors": total_vec,
-            "sentences_per_s": round(total_sent / max(secs, 1e-9), 1)}
+    if not done_sentences:
+        log.info("[extraction] every job already done")
+        return {}
+    return {"actors": n_actors, "sentences": done_sentences,
+            "sentences_per_s": round(done_sentences / max(secs, 1e-9), 1)}
 
 
-def _finish_part(st: StageDir, key: str, acc: dict[str, PartSums],
-                 expected: int) -> tuple[int, int]:
-    """Save and mark a part once all its sentences are in; ``(sentences, vectors)`` saved."""
-    part = acc[key]
-    if part.sentences > expected:
-        raise RuntimeError(f"part {key}: {part.sentences} sentences processed for "
-                           f"{expected} rows (a retried batch counted twice?)")
-    if part.sentences < expected:
-        return 0, 0
-    wid, sums, counts = part.result()
-    storage.save_npz(st.path("partials", f"{key}.npz"), word_id=wid, sum=sums, count=counts)
-    st.mark_shard(key, {"sentences": part.sentences, "vectors": int(counts.sum())})
-    del acc[key]
-    return part.sentences, int(counts.sum())
+def _remove(url: str) -> None:
+    fs, path = storage.filesystem(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
 
 
-def acc_add(acc: dict[str, PartSums], batch: pa.Table) -> list[str]:
-    """Add one output batch of the extractor to the per-part sums; the parts it touched."""
-    parts = batch.column("part").to_pylist()
-    wid = batch.column("word_id").to_numpy()
-    cnt = batch.column("count").to_numpy()
-    flat = batch.column("sum").combine_chunks()
-    mat = flat.values.to_numpy().reshape(len(batch), -1)
-    touched = []
-    for key in set(parts):
-        m = np.asarray([p == key for p in parts])
-        sent = m & (wid < 0)
-        acc[key].add(wid[m & ~sent], mat[m & ~sent], cnt[m & ~sent], int(cnt[sent].sum()))
-        touched.append(key)
-    return touched
-
-
-def _assemble(st: StageDir, languages: list[str], vocab: dict[str, list[str]],
-              offsets: np.ndarray) -> tuple[list[str], np.ndarray, int]:
-    """Sum the partials → mean vectors; identical strings across languages are averaged.
-    Returns ``(words, vectors, words without vectors)``."""
-    total = int(offsets[-1])
-    sums, counts = None, np.zeros(total, np.int64)
-    for url in storage.find(st.path("partials")):
-        z = storage.load_npz(url)
+def reduce_sums(stage_dir: str, part: int, parts: int, total: int, waves: int) -> dict:
+    """One word partition: add every wave's fixed-point sums (exact, in any order) and write
+    the mean vectors of its words that have any (``vectors/p<P>.npz``)."""
+    ids = partition_ids(part, total, parts)
+    lo = int(ids[0]) if len(ids) else 0
+    sums: np.ndarray | None = None
+    counts = np.zeros(len(ids), np.int64)
+    for w in range(waves):
+        z = read_files(storage.join(stage_dir, "sums", f"wave{w:05d}", f"p{part:04d}"),
+                       {"word_id": np.dtype(np.int64), "sum": np.dtype(np.int64),
+                        "count": np.dtype(np.int64)})
+        if not len(z["word_id"]):
+            continue
         if sums is None:
-            sums = np.zeros((total, z["sum"].shape[1]))
-        sums[z["word_id"]] += z["sum"]
-        counts[z["word_id"]] += z["count"]
-    if sums is None:
+            sums = np.zeros((len(ids), z["sum"].shape[1]), np.int64)
+        np.add.at(sums, z["word_id"] - lo, z["sum"])
+        np.add.at(counts, z["word_id"] - lo, z["count"])
+    has = np.flatnonzero(counts)
+    vectors = (sums[has] / FIXED_POINT) / counts[has, None] if sums is not None \
+        else np.zeros((0, 1))
+    storage.save_npz(storage.join(stage_dir, "vectors", f"p{part:04d}.npz"),
+                     word_id=ids[has], vector=vectors)
+    return {"vectors": int(counts.sum()), "words": len(has), "node": node_id()}
+
+
+def assemble_step1(stage_dir: str, parts: int, vocab: dict[str, str], teacher: str,
+                   provenance: dict, dst: str) -> dict:
+    """The step-1 model from the partitions' mean vectors (words in vocabulary order);
+    identical strings across languages are averaged."""
+    from swe.model import StaticModel
+
+    z = read_files(storage.join(stage_dir, "vectors"), {"word_id": np.dtype(np.int64),
+                                                        "vector": np.dtype(np.float64)})
+    if not len(z["word_id"]):
         raise ValueError("extraction produced no vectors: is the selection empty?")
-    all_words = [w for lang in languages for w in vocab[lang]]
+    all_words = [w for url in vocab.values() for w in read_words(url)]
     merged: dict[str, list[int]] = {}
-    for i, w in enumerate(all_words):
-        if counts[i]:
-            merged.setdefault(w, []).append(i)
+    for row, gid in enumerate(z["word_id"].tolist()):
+        merged.setdefault(all_words[gid], []).append(row)
     words = list(merged)
-    vectors = np.stack([np.mean([sums[i] / counts[i] for i in merged[w]], axis=0)
-                        for w in words]).astype(np.float32)
-    return words, vectors, int((counts == 0).sum())
+    vectors = np.stack([z["vector"][rows].mean(axis=0) for rows in merged.values()])
+    StaticModel.from_vectors(words, vectors.astype(np.float32), tokenizer=teacher,
+                             language=list(vocab), provenance=provenance).save(dst)
+    return {"words": len(words), "with_vectors": len(z["word_id"]), "node": node_id()}
 
 
 def length_batches(ntok: np.ndarray, budget: int, specials: int = 2) -> list[np.ndarray]:
@@ -299,120 +327,75 @@ def to_fixed(v: np.ndarray) -> np.ndarray:
     return np.rint(v * FIXED_POINT).astype(np.int64)
 
 
-class PartSums:
-    """Running per-word fixed-point sums and counts of one part (compacted as it grows)."""
-
-    def __init__(self) -> None:
-        self.ids: list[np.ndarray] = []
-        self.sums: list[np.ndarray] = []  # int64, in units of 1 / FIXED_POINT
-        self.counts: list[np.ndarray] = []
-        self.rows = 0
-        self.sentences = 0
-
-    def add(self, ids: np.ndarray, sums: np.ndarray, counts: np.ndarray, sentences: int) -> None:
-        """Add one batch's per-word rows (``sums`` from :func:`to_fixed`) and its sentences."""
-        self.ids.append(ids)
-        self.sums.append(np.asarray(sums, np.int64))
-        self.counts.append(counts)
-        self.rows += len(ids)
-        self.sentences += sentences
-        if self.rows > 100_000:
-            ids, fixed, counts = self._merged()
-            self.ids, self.sums, self.counts, self.rows = [ids], [fixed], [counts], len(ids)
-
-    def _merged(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ids = np.concatenate(self.ids)
-        uniq, inv = np.unique(ids, return_inverse=True)
-        fixed = np.zeros((len(uniq), self.sums[0].shape[1]), np.int64)
-        np.add.at(fixed, inv, np.concatenate(self.sums))
-        counts = np.bincount(inv, weights=np.concatenate(self.counts)).astype(np.int64)
-        return uniq, fixed, counts
-
-    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(word_ids, sums, counts)`` with one row per distinct word."""
-        if not self.ids:
-            return np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(0, np.int64)
-        uniq, fixed, counts = self._merged()
-        return uniq, fixed / FIXED_POINT, counts
-
-
 class Extractor:
-    """Ray Data actor: sentences + the word ids they serve → per-word (sum, count) per part.
+    """Ray Data actor: sentences + the word ids they serve → fixed-point per-word sums.
 
-    Output rows: ``(part, word_id, count, sum)`` with global word ids, plus one row per part
-    with ``word_id = -1`` and ``count`` = sentences processed, so the driver knows when a part
-    is complete.
+    Each batch's sums are written by word partition to ``<out>/p<P>/b<first sid>.npz`` (a
+    retried batch rewrites the same files); the actor returns only ``(part, sentences)`` rows, so
+    the driver can check that every sentence of every part was processed exactly once.
     """
 
-    def __init__(self, teacher_dir: str, vocab: dict[str, list[str]],
-                 lang_offset: dict[str, int], token_budget: int, mode: str = "sentence",
-                 threads: int = 1, trust_remote_code: bool = False):
+    def __init__(self, teacher_dir: str, vocab: dict[str, str], lang_offset: dict[str, int],
+                 total: int, parts: int, out: str, token_budget: int, mode: str = "sentence",
+                 threads: int | None = 1, trust_remote_code: bool = False) -> None:
         import torch
 
         from swe.build.teacher import Teacher
+        from swe.model import unk_token
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         self.teacher = Teacher(teacher_dir, device=device, threads=threads,
                                trust_remote_code=trust_remote_code)
         self.fast_tok = storage.load_tokenizer(teacher_dir)
-        from swe.model import unk_token
-
         self.unk = unk_token(self.fast_tok)
-        self.vocab = vocab
+        self.vocab = {lang: read_words(url) for lang, url in vocab.items()}
         self.lang_offset = lang_offset
+        self.total, self.parts, self.out = total, parts, out
         self.budget = token_budget
         self.mode = mode
         self.shift = len(self.teacher.spec.prefix)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """Per-word sums and counts (and sentences per part) of one batch."""
+        """Write one batch's per-word sums; its sentences per part."""
         texts = batch.column("text").to_pylist()
         langs = batch.column("lang").to_pylist()
         col = "part" if "part" in batch.column_names else "path"
-        parts = [p.rsplit("/", 1)[-1].removesuffix(".parquet")
-                 for p in batch.column(col).to_pylist()]
-        wids = batch.column("word_ids").to_pylist()
-        ntok = batch.column("ntok").to_numpy()
-        sums: dict[tuple[str, int], np.ndarray] = {}
-        counts: dict[tuple[str, int], int] = {}
-        for idx in length_batches(ntok, self.budget):
-            sub = [texts[i] for i in idx]
-            hidden, offsets, mask = self.teacher.hidden_states(sub)
+        parts = [_part_key(p) for p in batch.column(col).to_pylist()]
+        sums: dict[int, np.ndarray] = {}
+        counts: dict[int, int] = {}
+        for idx in length_batches(batch.column("ntok").to_numpy(), self.budget):
+            hidden, offsets, mask = self.teacher.hidden_states([texts[i] for i in idx])
             for j, i in enumerate(idx):
-                if self.mode == "model2vec":  # the whole text is the word
-                    valid = (mask[j] > 0) & (offsets[j, :, 1] > offsets[j, :, 0])
-                    found = {0: np.flatnonzero(valid)}
-                    targets = {0: wids[i][0]}
-                else:
-                    words = self.vocab[langs[i]]
-                    keys = [words[w] for w in wids[i]]
-                    spans = units(texts[i], language(langs[i]), self.fast_tok, self.unk)
-                    pos = align(spans, keys, offsets[j], mask[j], self.shift)
-                    found = pos
-                    targets = {words[w]: w for w in wids[i]}
-                off = self.lang_offset[langs[i]]
-                for key, tok_idx in found.items():
-                    if not len(tok_idx):
-                        continue
-                    w = (parts[i], targets[key] + off)
+                for gid, tok_idx in self._targets(batch, i, texts[i], langs[i], offsets[j],
+                                                  mask[j]):
                     v = to_fixed(hidden[j, tok_idx].mean(axis=0, dtype=np.float64))
-                    if w in sums:
-                        sums[w] += v
-                        counts[w] += 1
-                    else:
-                        sums[w] = v
-                        counts[w] = 1
-        for p in set(parts):  # sentences processed per part
-            sums[(p, -1)] = np.zeros(self.teacher.dim, np.int64)
-            counts[(p, -1)] = parts.count(p)
-        mat = np.stack(list(sums.values()))
-        return pa.table({
-            "part": pa.array([k[0] for k in sums], pa.string()),
-            "word_id": np.fromiter((k[1] for k in sums), dtype=np.int64, count=len(sums)),
-            "count": np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
-            "sum": pa.FixedSizeListArray.from_arrays(pa.array(mat.reshape(-1)),
-                                                     self.teacher.dim),
-        })
+                    sums[gid] = sums[gid] + v if gid in sums else v
+                    counts[gid] = counts.get(gid, 0) + 1
+        if sums:
+            gids = np.fromiter(sums, np.int64, len(sums))
+            name = f"b{int(batch.column('sid').to_numpy().min()):020d}.npz"
+            write_groups(by_partition(id_partition(gids, self.total, self.parts), word_id=gids,
+                                      sum=np.stack(list(sums.values())),
+                                      count=np.fromiter(counts.values(), np.int64, len(gids))),
+                         lambda k: storage.join(self.out, f"p{k:04d}", name))
+        keys = sorted(set(parts))
+        return pa.table({"part": pa.array(keys, pa.string()),
+                         "sentences": pa.array([parts.count(k) for k in keys], pa.int64())})
+
+    def _targets(self, batch: pa.Table, i: int, text: str, lang: str, offsets: np.ndarray,
+                 mask: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """``(global word id, token indices)`` of each word row ``i`` serves."""
+        wids = batch.column("word_ids")[i].as_py()
+        off = self.lang_offset[lang]
+        if self.mode == "model2vec":  # the whole text is the word
+            valid = (mask > 0) & (offsets[:, 1] > offsets[:, 0])
+            found = [(wids[0] + off, np.flatnonzero(valid))]
+        else:
+            words = self.vocab[lang]
+            spans = units(text, language(lang), self.fast_tok, self.unk)
+            pos = align(spans, [words[w] for w in wids], offsets, mask, self.shift)
+            found = [(w + off, pos[words[w]]) for w in wids if words[w] in pos]
+        return [(g, t) for g, t in found if len(t)]
 
 
 def actor_count(actors: int, gpus_per_actor: float, threads: int = 1) -> int:

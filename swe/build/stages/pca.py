@@ -21,8 +21,8 @@ import numpy as np
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.runner import StageResult
-from swe.build.stages.selection import read_selected, selected_parts
-from swe.build.stages.vocab import read_vocab
+from swe.build.stages.selection import selected_parts
+from swe.build.tasks import MiB, remote
 from swe.model import StaticModel
 from swe.raysetup import get
 
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["PCA", "PCAConfig", "PCAStats", "Result", "fit", "sentence_stats"]
+__all__ = ["PCA", "PCAConfig", "PCAStats", "Result", "choose_sentences", "fit", "part_moments",
+           "transform_step1", "word_moments"]
 
 NAME = "pca"
 LEVELS = ("sentence", "word", "none")
@@ -40,11 +41,14 @@ LEVELS = ("sentence", "word", "none")
 class PCAConfig:
     """``[pca]``: where PCA is fitted, the kept dimensions, ABTT, and SIF in Model2Vec mode."""
 
-    level: str = "sentence"  # sentence | word | none
-    dim: int = 256
-    abtt: bool = True  # drop the top k = floor(d/100) components
-    sample: int = 100_000  # M sentences for sentence-level PCA
-    sif_a: float = 1e-3  # SIF weight a/(a+p(w)) in model2vec mode
+    level: str = field(default="sentence", metadata={
+        "choices": LEVELS, "help": "what PCA is fitted on; none keeps the teacher's dims"})
+    dim: int = field(default=256, metadata={"min": 1, "help": "kept dimensions d'"})
+    abtt: bool = field(default=True, metadata={"help": "drop the top k = floor(d/100) components"})
+    sample: int = field(default=100_000, metadata={
+        "min": 2, "help": "M sentences for sentence-level PCA"})
+    sif_a: float = field(default=1e-3, metadata={
+        "gt": 0, "help": "SIF weight a/(a+p(w)) in model2vec mode"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,10 +66,6 @@ class Result(StageResult):
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     """Problems with ``[pca]``, including ``dim`` beyond the teacher's dimensions."""
     pca = cfg.pca
-    if pca.level not in LEVELS:
-        errors.append(f"pca.level = {pca.level!r}; use sentence, word or none")
-    if pca.sample < 2:
-        errors.append("pca.sample must be >= 2")
     dim = _teacher_dim(cfg)
     if dim is not None and pca.level != "none":
         k = dim // 100 if pca.abtt else 0
@@ -99,73 +99,117 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
 
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
-    """Fit PCA, transform every word once, save ``<output>/step2`` and ``<output>/model``."""
-    cfg = ctx.cfg
-    step1 = StaticModel.load(ctx.path("step1"))
-    vectors, stats = step1.vectors, {}
+    """Fit PCA from statistics reduced in tasks, then transform every word once in a task that
+    saves ``<output>/step2`` and ``<output>/model`` (the driver never holds the matrix)."""
+
+    cfg, stats, pca = ctx.cfg, {}, None
+    words = done["extraction"].words
     if cfg.pca.level != "none":
-        moments = PCAStats.of(vectors) if cfg.pca.level == "word" else _sentence_moments(ctx)
+        step1 = ctx.path("step1")
+        moments = get(remote(word_moments, 512 * MiB + words * 4096 * 2, "pca (words)",
+                             "vocab.size").remote(step1)) \
+            if cfg.pca.level == "word" else _sentence_moments(ctx, step1, words)
         pca = fit(moments, cfg.pca.dim, cfg.pca.abtt)
-        vectors = pca.transform(vectors)
         stats = {"fitted_on": int(moments.n), "dropped_top": pca.skipped, "dim": cfg.pca.dim,
                  "level": cfg.pca.level,
                  "top_variances": [round(float(v), 4) for v in pca.explained[:5]]}
-    if cfg.extraction.mode == "model2vec":  # SIF weights from the corpus counts
-        p = _word_counts(ctx, step1.words)
-        p = p / p.sum()
-        vectors = vectors * (cfg.pca.sif_a / (cfg.pca.sif_a + p))[:, None]
-        stats["sif_a"] = cfg.pca.sif_a
-    ctx.save_step("step2", step1.words, vectors)
+    sif = cfg.pca.sif_a if cfg.extraction.mode == "model2vec" else None
+    if sif is not None:
+        stats["sif_a"] = sif
+    vocab = {lang: ctx.work("vocab", f"{lang}.parquet") for lang in cfg.languages}
+    task = remote(transform_step1, 512 * MiB + words * 4096 * 3, "pca (transform)", "vocab.size")
+    get(task.remote(ctx.path("step1"), pca, sif, vocab, ctx.provenance("step2"),
+                    [ctx.path("step2"), ctx.path("model")]))
     return Result(**stats)
 
 
-def _word_counts(ctx: BuildContext, words: list[str]) -> np.ndarray:
+def word_moments(step1_url: str) -> PCAStats:
+    """PCA statistics of the word vectors themselves (the word-level ablation)."""
+    return PCAStats.of(StaticModel.load(step1_url).vectors)
+
+
+def transform_step1(step1_url: str, pca: PCA | None, sif_a: float | None,
+                    vocab: dict[str, str], provenance: dict, destinations: list[str]) -> None:
+    """Transform every word of step 1 once (and SIF-weight it in Model2Vec mode); save."""
+    step1 = StaticModel.load(step1_url)
+    vectors = step1.vectors if pca is None else pca.transform(step1.vectors)
+    if sif_a is not None:  # SIF weights from the corpus counts
+        p = _word_counts(vocab, step1.words)
+        p = p / p.sum()
+        vectors = vectors * (sif_a / (sif_a + p))[:, None]
+    model = StaticModel.from_vectors(step1.words, vectors, tokenizer=step1.tokenizer,
+                                     language=step1.languages, provenance=provenance)
+    for url in destinations:
+        model.save(url)
+
+
+def _word_counts(vocab: dict[str, str], words: list[str]) -> np.ndarray:
     """Corpus counts of ``words`` (summed over languages; 1 for a word never counted)."""
-    vocab, counts = read_vocab(ctx)
     lookup: dict[str, float] = {}
-    for lang, ws in vocab.items():
-        for w, c in zip(ws, counts[lang], strict=True):
+    for url in vocab.values():
+        t = storage.read_parquet(url)
+        for w, c in zip(t.column("word").to_pylist(), t.column("count").to_pylist(),
+                        strict=True):
             lookup[w] = lookup.get(w, 0) + float(c)
     return np.array([lookup.get(w, 1.0) for w in words])
 
 
-def _sentence_moments(ctx: BuildContext) -> PCAStats:
-    """Sentence-level PCA statistics: one random sentence per word with >= 3 sentences, at most
-    ``pca.sample`` of them, each embedded as the mean of its words' step-1 vectors (one task per
-    selection part)."""
+def _sentence_moments(ctx: BuildContext, step1: str, words: int) -> PCAStats:
+    """Sentence-level PCA statistics: one random sentence per word with >= 3 sentences (drawn in
+    one task per selection partition), at most ``pca.sample`` of them, each embedded as the mean
+    of its words' step-1 vectors (a few tasks per CPU of the cluster, each loading the model
+    once); the partial statistics are summed as a tree of tasks."""
     import ray
 
     cfg = ctx.cfg
-    rng = np.random.default_rng(cfg.seed)
-    chosen = []
-    for lang in cfg.languages:
-        wid, sid = read_selected(ctx, lang)
-        per_word = np.bincount(wid)
-        start = np.searchsorted(wid, np.arange(len(per_word)))
-        for w in np.flatnonzero(per_word >= 3):
-            chosen.append(sid[start[w] + rng.integers(per_word[w])])
-    chosen = np.unique(np.asarray(chosen, dtype=np.int64))
+    choose = remote(choose_sentences, 256 * MiB, "pca (sample)", "selection.partitions")
+    refs = [choose.remote(url, [cfg.seed, i, k])
+            for i, lang in enumerate(cfg.languages)
+            for k, url in enumerate(storage.find(ctx.work("selection", lang, "pairs")))]
+    chosen = np.unique(np.concatenate(get(refs))) if refs else np.zeros(0, np.int64)
     if len(chosen) > cfg.pca.sample:
+        rng = np.random.default_rng(cfg.seed)
         chosen = np.sort(rng.choice(chosen, cfg.pca.sample, replace=False))
     if len(chosen) < 2:
         raise ValueError("too few words with >= 3 sentences for sentence-level PCA; use "
                          "pca.level = 'word' or a larger corpus")
-    task = ray.remote(num_cpus=0.5)(part_moments)
-    parts = get([task.remote(url, ctx.path("step1"), chosen) for url in selected_parts(ctx)])
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
+    task = remote(part_moments, 512 * MiB + words * 4096 * 2, "pca (moments)", "vocab.size")
+    chosen_ref, parts = ray.put(chosen), selected_parts(ctx)
+    groups = max(1, min(len(parts), 4 * int(ray.cluster_resources().get("CPU", 1))))
+    stats = [task.remote(parts[g::groups], step1, chosen_ref) for g in range(groups)]
+    add = ray.remote(num_cpus=0.25)(_add)
+    while len(stats) > 1:
+        stats = [add.remote(*stats[i:i + 2]) for i in range(0, len(stats), 2)]
+    return get(stats[0])
+
+
+def _add(a: PCAStats, b: PCAStats | None = None) -> PCAStats:
+    return a if b is None else a + b
+
+
+def choose_sentences(pairs_url: str, seed: list[int]) -> np.ndarray:
+    """One random selected sentence of each word with >= 3 (one selection partition)."""
+    z = storage.load_npz(pairs_url)
+    wid, sid = z["word_id"], z["sid"]
+    rng = np.random.default_rng(seed)
+    _, start, per_word = np.unique(wid, return_index=True, return_counts=True)
+    keep = per_word >= 3
+    picks = [sid[a + rng.integers(n)] for a, n in zip(start[keep], per_word[keep], strict=True)]
+    return np.asarray(picks, dtype=np.int64)
+
+
+def part_moments(part_urls: list[str], step1_url: str, chosen: np.ndarray) -> PCAStats:
+    """PCA statistics of the chosen sentences of some selection parts (run as a task)."""
+    model = StaticModel.load(step1_url)
+    total = PCAStats(0, 0.0, 0.0)
+    for url in part_urls:
+        t = storage.read_parquet(url, ["sid", "text"])
+        keep = np.isin(t.column("sid").to_numpy(), chosen)
+        texts = [x for x, k in zip(t.column("text").to_pylist(), keep, strict=True) if k]
+        if texts:
+            x = model.encode(texts, normalize=False)
+            total = total + PCAStats.of(x[np.abs(x).sum(axis=1) > 0])
     return total
-
-
-def part_moments(part_url: str, model_path: str, chosen: np.ndarray) -> PCAStats:
-    """PCA statistics of one selection part's chosen sentences (run as a task)."""
-    t = storage.read_parquet(part_url, ["sid", "text"])
-    keep = np.isin(t.column("sid").to_numpy(), chosen)
-    texts = [x for x, k in zip(t.column("text").to_pylist(), keep, strict=True) if k]
-    if not texts:
-        return PCAStats(0, 0.0, 0.0)
-    return sentence_stats(model_path, texts)
 
 
 @dataclass
@@ -217,11 +261,3 @@ def fit(stats: PCAStats, dim: int, abtt: bool) -> PCA:
     signs = np.sign(vecs[np.abs(vecs).argmax(axis=0), np.arange(d)])
     vecs = vecs * np.where(signs == 0, 1, signs)
     return PCA(mean, vecs[:, k : k + dim], vals, k)
-
-
-def sentence_stats(model_path: str, texts: list[str]) -> PCAStats:
-    """Partial statistics of the mean-of-word-vectors of ``texts`` (one block, run as a task)."""
-    model = StaticModel.load(model_path)
-    x = model.encode(texts, normalize=False)
-    x = x[np.abs(x).sum(axis=1) > 0]  # sentences with no known word carry no information
-    return PCAStats.of(x)

@@ -46,24 +46,35 @@ class RefineConfig:
     (monolingual, eq. 2–3) | contrastive (translation pairs, eq. 4–5) | kd (relational
     multilingual distillation)."""
 
-    objective: str = "none"
-    min_sentences: int = 5  # distill: words with at least this many selected sentences ...
-    train_per_word: int = 2  # ... give this many random training sentences ...
-    dev_per_word: int = 1  # ... and this many validation sentences
-    dev_max: int = 10_000  # validation sentences (distill) or pairs (contrastive, kd) at most
-    batch_size: int = 128
-    lr: float = 1e-3
-    clip: float = 5.0
-    tau: float = 0.05
-    max_steps: int = 30_000
-    eval_every: int = 40
-    patience: int = 5  # evaluations without a better validation loss before stopping
-    checkpoint_every: int = 200  # steps; a checkpoint holds 4 matrices of V x d'
-    workers: int = 1  # Ray Train workers (data parallel)
-    cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0
-    max_failures: int = 3  # worker failures survived by restarting from the last checkpoint
-    storage: str = ""  # Ray Train storage path; default <output>/work/refine/runs
+    objective: str = field(default="none", metadata={
+        "choices": OBJECTIVES, "help": "the training objective; none stops after PCA"})
+    min_sentences: int = field(default=5, metadata={
+        "min": 1, "help": "distill: words with at least this many selected sentences ..."})
+    train_per_word: int = field(default=2, metadata={
+        "min": 1, "help": "... give this many random training sentences ..."})
+    dev_per_word: int = field(default=1, metadata={
+        "min": 0, "help": "... and this many validation sentences"})
+    dev_max: int = field(default=10_000, metadata={
+        "min": 1, "help": "validation sentences (distill) or pairs (contrastive, kd) at most"})
+    batch_size: int = field(default=128, metadata={
+        "min": 2, "help": "sentences or pairs per step; >= 2 for in-batch negatives"})
+    lr: float = field(default=1e-3, metadata={"gt": 0, "help": "Adam learning rate"})
+    clip: float = field(default=5.0, metadata={"gt": 0, "help": "gradient norm clipping"})
+    tau: float = field(default=0.05, metadata={"gt": 0, "help": "softmax temperature"})
+    max_steps: int = field(default=30_000, metadata={"min": 1, "help": "training steps at most"})
+    eval_every: int = field(default=40, metadata={"min": 1, "help": "steps between evaluations"})
+    patience: int = field(default=5, metadata={
+        "min": 1, "help": "evaluations without a better validation loss before stopping"})
+    checkpoint_every: int = field(default=200, metadata={
+        "min": 1, "help": "steps; a checkpoint holds 4 matrices of V x d'"})
+    workers: int = field(default=1, metadata={
+        "min": 1, "help": "Ray Train workers (data parallel)"})
+    cpus_per_worker: float = field(default=1.0, metadata={"min": 0, "help": "Ray CPUs per worker"})
+    gpus_per_worker: float = field(default=0.0, metadata={"min": 0, "help": "Ray GPUs per worker"})
+    max_failures: int = field(default=3, metadata={
+        "min": -1, "help": "worker failures survived from the last checkpoint; -1 = unlimited"})
+    storage: str = field(default="", metadata={
+        "help": "Ray Train storage path; default <output>/work/refine/runs"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,24 +95,12 @@ class Result(StageResult):
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     """Problems with ``[refine]`` and its fit with the rest of the config."""
     r = cfg.refine
-    if r.objective not in OBJECTIVES:
-        errors.append(f"refine.objective = {r.objective!r}; use one of {', '.join(OBJECTIVES)}")
     if r.objective in ("contrastive", "kd") and not cfg.pairs:
         errors.append(f"refine.objective = {r.objective!r} trains on translation pairs: add "
                       "[pairs.SRC-TGT] paths = [...]")
     if r.objective == "distill" and cfg.extraction.mode != "sentence":
         errors.append("refine.objective = 'distill' samples the selected sentences: it needs "
                       "extraction.mode = 'sentence'")
-    if min(r.batch_size, r.max_steps, r.eval_every, r.patience, r.workers,
-           r.checkpoint_every) < 1:
-        errors.append("refine: batch_size, max_steps, eval_every, patience, workers and "
-                      "checkpoint_every must be >= 1")
-    if r.batch_size < 2:
-        errors.append("refine.batch_size must be >= 2 (in-batch negatives)")
-    if r.lr <= 0 or r.tau <= 0 or r.clip <= 0:
-        errors.append("refine: lr, tau and clip must be > 0")
-    if r.train_per_word < 1 or r.dev_per_word < 0 or r.dev_max < 1:
-        errors.append("refine: train_per_word >= 1, dev_per_word >= 0, dev_max >= 1")
     if r.min_sentences < r.train_per_word + r.dev_per_word:
         errors.append(f"refine.min_sentences = {r.min_sentences} < train_per_word + "
                       f"dev_per_word = {r.train_per_word + r.dev_per_word}")

@@ -1,22 +1,27 @@
 """Stage ``selection``: for each word, the N shortest sentences among its first ≤C candidates.
 
-"First" means corpus order (sentence ids are ordered). Exact and mergeable in three passes over
-the sentence shards, all in parallel:
+"First" means corpus order (sentence ids are ordered). Exact, and partitioned by key so that no
+process (the driver least of all) holds anything that grows with the corpus or with V·N. Word
+ids are range-partitioned into ``P`` partitions (``selection.partitions``, by default from V·C);
+each pass is one task per shard or per partition, exchanging files under ``work/selection/<lang>/``
+(see ``swe.build.shuffle``), each task marked when done so a killed stage resumes task by task:
 
-A. per shard: how many sentences contain each vocabulary word (document frequency);
-B. the driver turns those into per-shard quotas (how many of the word's first C candidates fall
-   in each shard: a prefix sum over shards); per shard, the bounded "N shortest" of the word's
-   first ``quota`` candidates there, by ``(ntok, sid)``;
-C. the per-shard heaps merge into the global N shortest per word (the N smallest of a union are
-   the N smallest of the per-part N smallest); each shard then emits its selected sentences once,
-   with every vocabulary word they serve (``parts/<lang>-<shard>.parquet``), and the
-   ``(word_id, sid)`` pairs are saved per language (``pairs-<lang>.npz``).
+A. per shard: the (sentence, word) candidate pairs, and each word's document frequency, written
+   by word partition (``df/p<P>/s<K>``);
+Q. per partition: the prefix sum over shards in corpus order gives each shard's quota — how many
+   of the word's first C candidates it holds (``quota/s<K>/p<P>``);
+B. per shard: the bounded "N shortest" of each word's first ``quota`` candidates there, by
+   ``(ntok, sid)``, written by word partition (``heaps/p<P>/s<K>``);
+M. per partition: the N smallest of the union (the N smallest of the per-shard N smallest), saved
+   as ``pairs/p<P>.npz`` and sent back by shard (``chosen/s<K>/p<P>``);
+C. per shard: its selected sentences, once each, with every vocabulary word they serve
+   (``parts/<lang>-<shard>.parquet``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,15 +30,16 @@ import pyarrow as pa
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.runner import StageResult
-from swe.build.stages.vocab import read_vocab, text_keys
-from swe.raysetup import get
+from swe.build.shuffle import by_partition, id_partition, partition_ids, read_files, write_groups
+from swe.build.stages.vocab import read_words, text_keys
+from swe.build.tasks import MiB, node_id, remote, run_sharded
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["Result", "SelectionConfig", "candidate_pairs", "emit_selected", "merge_heaps",
-           "quotas", "read_selected", "selected_parts", "shard_df", "shard_heaps"]
+__all__ = ["Result", "SelectionConfig", "candidate_pairs", "emit_selected", "pass_a", "pass_b",
+           "pass_c", "pass_m", "pass_q", "read_selected", "selected_parts", "shard_heaps"]
 
 NAME = "selection"
 
@@ -42,8 +48,12 @@ NAME = "selection"
 class SelectionConfig:
     """``[selection]``: N sentences per word, the shortest of its first C candidates."""
 
-    n: int = 100  # sentences kept per word (the N shortest)
-    candidates: int = 2_000  # among the word's first candidates in corpus order
+    n: int = field(default=100, metadata={
+        "min": 1, "help": "sentences kept per word (the N shortest)"})
+    candidates: int = field(default=2_000, metadata={
+        "min": 1, "help": "among the word's first C candidates in corpus order"})
+    partitions: int = field(default=0, metadata={
+        "min": 0, "help": "word partitions of the exchange; 0 = from V·C (the result is the same)"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +70,6 @@ class Result(StageResult):
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     """Problems with ``[selection]``."""
     sel = cfg.selection
-    if sel.n < 1:
-        errors.append(f"selection.n = {sel.n} must be >= 1")
     if sel.n > sel.candidates:
         errors.append(f"selection.n = {sel.n} > selection.candidates = {sel.candidates}: "
                       "N shortest of fewer candidates is impossible; raise candidates or lower n")
@@ -78,54 +86,156 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
 
 
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
-    """N and C."""
-    return (cfg.selection,)
+    """N and C (the partitioning does not change the result)."""
+    return ({"n": cfg.selection.n, "candidates": cfg.selection.candidates},)
+
+
+def partitions(cfg: BuildConfig, vocab_size: int) -> int:
+    """``selection.partitions``, or enough that a merge task holds ~512 MiB of candidates."""
+    if cfg.selection.partitions:
+        return cfg.selection.partitions
+    rows = vocab_size * cfg.selection.candidates
+    return int(min(4096, max(1, -(-rows * _ROW_BYTES // (512 * MiB)))))
+
+
+_ROW_BYTES = 72  # a (word, ntok, sid) candidate row with the copies a sort makes
 
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
-    """Passes A–C per language."""
-    import ray
-
-    df = ray.remote(num_cpus=0.5)(shard_df)
-    heaps = ray.remote(num_cpus=0.5)(shard_heaps)
-    emit = ray.remote(num_cpus=0.5)(emit_selected)
-    cfg, (n, c) = ctx.cfg, (ctx.cfg.selection.n, ctx.cfg.selection.candidates)
-    vocab, _ = read_vocab(ctx)
-    unique = below = missing = 0
-    pairs_all = []
+    """Passes A, Q, B, M, C per language, each a set of marked tasks."""
+    cfg, sel = ctx.cfg, ctx.cfg.selection
+    totals = {"unique": 0, "below_n": 0, "missing": 0}
     for lang in cfg.languages:
-        shards = done["sentences"].shards[lang]
-        words_ref = ray.put(vocab[lang])
-        pairs = [st.path("candidates", f"{s['shard_id']:06d}.npz") for s in shards]
-        dfs = get([df.remote(s["path"], lang, ctx.teacher, words_ref, pp)
-                   for s, pp in zip(shards, pairs, strict=True)])
-        parts = get([heaps.remote(s["path"], lang, ctx.teacher, words_ref, q, n, pp)
-                     for s, q, pp in zip(shards, quotas(dfs, c), pairs, strict=True)])
-        wid, _, sid = merge_heaps(parts, n)
-        per_word = np.bincount(wid, minlength=len(vocab[lang]))
-        below += int((per_word < n).sum())
-        missing += int((per_word == 0).sum())
-        shard_of = sid >> 32
-        emits = []
-        for s in shards:
-            m = shard_of == s["shard_id"]
-            if m.any():
-                name = s["path"].rsplit("/", 1)[-1]
-                emits.append(emit.remote(s["path"], st.path("parts", f"{lang}-{name}"), lang,
-                                         sid[m], wid[m]))
-        unique += sum(get(emits))
-        pairs_all.append((lang, wid, sid))
-    for lang, wid, sid in pairs_all:
-        storage.save_npz(st.path(f"pairs-{lang}.npz"), word_id=wid, sid=sid)
-    naive = sum(len(vocab[lang]) for lang in cfg.languages) * n
-    return Result(unique_sentences=unique, naive_encodes=naive,
-                  encode_ratio=round(unique / max(naive, 1), 3), words_below_n=below,
-                  words_without_sentence=missing)
+        v = done["vocab"].sizes[lang]
+        for key, value in _select_language(ctx, st, lang, done["sentences"].shards[lang], v,
+                                           partitions(cfg, v)).items():
+            totals[key] += value
+    naive = sum(done["vocab"].sizes.values()) * sel.n
+    return Result(unique_sentences=totals["unique"], naive_encodes=naive,
+                  encode_ratio=round(totals["unique"] / max(naive, 1), 3),
+                  words_below_n=totals["below_n"], words_without_sentence=totals["missing"])
+
+
+def _select_language(ctx: BuildContext, st: StageDir, lang: str, shards: list[dict], v: int,
+                     p: int) -> dict[str, int]:
+    """The five passes over one language's shards; its counts."""
+    n, c = ctx.cfg.selection.n, ctx.cfg.selection.candidates
+    out, words = st.path(lang), ctx.work("vocab", f"{lang}.parquet")
+    ids = [s["shard_id"] for s in shards]
+    biggest = max(s["sentences"] for s in shards)
+    shard_mem = 128 * MiB + v * 100 + biggest * 600
+    part_mem = 128 * MiB + (v // p + 1) * c * _ROW_BYTES
+    where = "selection.partitions"
+    a = remote(pass_a, shard_mem, "selection (pass A)", "corpus.<lang>.shard_lines")
+    q = remote(pass_q, part_mem, "selection (quotas)", where)
+    b = remote(pass_b, shard_mem, "selection (pass B)", "corpus.<lang>.shard_lines")
+    m = remote(pass_m, part_mem, "selection (merge)", where)
+    e = remote(pass_c, shard_mem, "selection (emit)", "corpus.<lang>.shard_lines")
+    run_sharded(st, [(f"{lang}-A-{s['shard_id']:06d}", lambda s=s: a.remote(
+        s["path"], lang, ctx.teacher, words, s["shard_id"], v, p, out)) for s in shards])
+    run_sharded(st, [(f"{lang}-Q-{k:04d}", lambda k=k: q.remote(out, k, v, p, c, ids))
+                     for k in range(p)])
+    run_sharded(st, [(f"{lang}-B-{s['shard_id']:06d}", lambda s=s: b.remote(
+        s["path"], out, s["shard_id"], v, p, n)) for s in shards])
+    merged = run_sharded(st, [(f"{lang}-M-{k:04d}", lambda k=k: m.remote(out, k, v, p, n))
+                              for k in range(p)])
+    emitted = run_sharded(st, [(f"{lang}-C-{s['shard_id']:06d}", lambda s=s: e.remote(
+        s["path"], out, s["shard_id"], st.path("parts", f"{lang}-{_name(s)}"), lang))
+        for s in shards])
+    return {"unique": sum(r["unique"] for r in emitted),
+            "below_n": sum(r["below_n"] for r in merged),
+            "missing": sum(r["missing"] for r in merged)}
+
+
+def _name(shard: dict) -> str:
+    return shard["path"].rsplit("/", 1)[-1]
+
+
+def _shard_file(out: str, kind: str, shard: int, part: int) -> str:
+    return storage.join(out, kind, f"s{shard:06d}", f"p{part:04d}.npz")
+
+
+def _part_file(out: str, kind: str, part: int, shard: int) -> str:
+    return storage.join(out, kind, f"p{part:04d}", f"s{shard:06d}.npz")
+
+
+_I64 = np.dtype(np.int64)
+
+
+def pass_a(path: str, lang: str, teacher_dir: str, words_url: str, shard: int, v: int, p: int,
+           out: str) -> dict:
+    """Pass A (one shard): candidate pairs, and document frequencies by word partition."""
+    index = {w: i for i, w in enumerate(read_words(words_url))}
+    texts = storage.read_parquet(path, ["text"]).column("text").to_pylist()
+    rows, wids = candidate_pairs(texts, lang, teacher_dir, index)
+    storage.save_npz(storage.join(out, "candidates", f"s{shard:06d}.npz"), rows=rows, wids=wids)
+    wid, df = np.unique(wids, return_counts=True)
+    write_groups(by_partition(id_partition(wid, v, p), wid=wid, df=df.astype(np.int64)),
+                 lambda k: _part_file(out, "df", k, shard))
+    return {"candidates": len(rows), "node": node_id()}
+
+
+def pass_q(out: str, part: int, v: int, p: int, candidates: int, shards: list[int]) -> dict:
+    """Pass Q (one partition): each shard's quota of each word's first ``candidates``, streaming
+    the shards in corpus order (memory: the partition's words, not the shards)."""
+    ids = partition_ids(part, v, p)
+    before = np.zeros(len(ids), np.int64)
+    present = set(storage.find(storage.join(out, "df", f"p{part:04d}")))
+    written = 0
+    for shard in shards:
+        url = _part_file(out, "df", part, shard)
+        if url not in present:
+            continue
+        z = storage.load_npz(url)
+        local = z["wid"] - (ids[0] if len(ids) else 0)
+        quota = np.clip(candidates - before[local], 0, z["df"])
+        before[local] += z["df"]
+        keep = quota > 0
+        if keep.any():
+            storage.save_npz(_shard_file(out, "quota", shard, part), wid=z["wid"][keep],
+                             quota=quota[keep].astype(np.int32))
+            written += 1
+    return {"quota_files": written, "node": node_id()}
+
+
+def pass_b(path: str, out: str, shard: int, v: int, p: int, n: int) -> dict:
+    """Pass B (one shard): per word, the ``n`` shortest of its first ``quota`` candidates here,
+    sent on by word partition."""
+    z = read_files(storage.join(out, "quota", f"s{shard:06d}"), {"wid": _I64, "quota": _I64})
+    quota = np.zeros(v, np.int64)
+    quota[z["wid"]] = z["quota"]
+    wid, ntok, sid = shard_heaps(path, "", None, [], quota, n,
+                                 storage.join(out, "candidates", f"s{shard:06d}.npz"))
+    write_groups(by_partition(id_partition(wid, v, p), wid=wid, ntok=ntok, sid=sid),
+                 lambda k: _part_file(out, "heaps", k, shard))
+    return {"rows": len(wid), "node": node_id()}
+
+
+def pass_m(out: str, part: int, v: int, p: int, n: int) -> dict:
+    """Pass M (one partition): the global ``n`` shortest per word, saved, and sent back by
+    shard."""
+    z = read_files(storage.join(out, "heaps", f"p{part:04d}"),
+                   {"wid": _I64, "ntok": _I64, "sid": _I64})
+    wid, _, sid = smallest_per_word(z["wid"], z["ntok"], z["sid"], n)
+    storage.save_npz(storage.join(out, "pairs", f"p{part:04d}.npz"), word_id=wid, sid=sid)
+    ids = partition_ids(part, v, p)
+    per_word = np.bincount(wid - ids[0], minlength=len(ids)) if len(ids) else np.zeros(0)
+    write_groups(by_partition(sid >> 32, sid=sid, wid=wid),
+                 lambda k: _shard_file(out, "chosen", k, part))
+    return {"below_n": int((per_word < n).sum()), "missing": int((per_word == 0).sum()),
+            "node": node_id()}
+
+
+def pass_c(path: str, out: str, shard: int, dst: str, lang: str) -> dict:
+    """Pass C (one shard): write its selected sentences with the word ids each one serves."""
+    z = read_files(storage.join(out, "chosen", f"s{shard:06d}"), {"sid": _I64, "wid": _I64})
+    unique = emit_selected(path, dst, lang, z["sid"], z["wid"]) if len(z["sid"]) else 0
+    return {"unique": unique, "node": node_id()}
 
 
 def read_selected(ctx: BuildContext, lang: str) -> tuple[np.ndarray, np.ndarray]:
     """``(word_id, sid)`` of every selected (word, sentence) pair of ``lang``, by word id."""
-    z = storage.load_npz(ctx.work(NAME, f"pairs-{lang}.npz"))
+    z = read_files(ctx.work(NAME, lang, "pairs"), {"word_id": _I64, "sid": _I64})
     return z["word_id"], z["sid"]
 
 
@@ -144,31 +254,6 @@ def candidate_pairs(texts: list[str], lang: str, teacher_dir: str | None,
         rows.extend([r] * len(ids))
         wids.extend(sorted(ids))
     return np.asarray(rows, dtype=np.int64), np.asarray(wids, dtype=np.int64)
-
-
-def shard_df(path: str, lang: str, teacher_dir: str, words: list[str],
-             pairs_out: str | None = None) -> np.ndarray:
-    """Pass A: number of sentences of the shard containing each word. The ``(row, word)``
-    pairs are saved to ``pairs_out`` so pass B need not split the text again."""
-    index = {w: i for i, w in enumerate(words)}
-    texts = storage.read_parquet(path, ["text"]).column("text").to_pylist()
-    rows, wids = candidate_pairs(texts, lang, teacher_dir, index)
-    if pairs_out:
-        storage.save_npz(pairs_out, rows=rows, wids=wids)
-    return np.bincount(wids, minlength=len(words)).astype(np.int64)
-
-
-def quotas(dfs: list[np.ndarray], candidates: int) -> list[np.ndarray]:
-    """Per shard (in corpus order), how many of each word's first ``candidates`` it holds.
-
-    One running V-vector of counts so far, int32 quotas: memory ≈ shards × V × 4 bytes beside
-    the inputs (not several stacked int64 copies)."""
-    before = np.zeros(len(dfs[0]) if dfs else 0, np.int64)
-    out = []
-    for df in dfs:
-        out.append(np.clip(candidates - before, 0, df).astype(np.int32))
-        before += df
-    return out
 
 
 def smallest_per_word(wid: np.ndarray, ntok: np.ndarray, sid: np.ndarray,
@@ -201,16 +286,6 @@ def shard_heaps(path: str, lang: str, teacher_dir: str, words: list[str], quota:
     sid = table.column("sid").to_numpy()[rows]
     ntok = table.column("ntok").to_numpy().astype(np.int64)[rows]
     return smallest_per_word(wids, ntok, sid, n)
-
-
-def merge_heaps(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
-                n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge per-shard heaps into the global ``n`` shortest per word."""
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    wid, ntok, sid = (np.concatenate(x) for x in zip(*parts, strict=True))
-    return smallest_per_word(wid, ntok, sid, n)
 
 
 def emit_selected(path: str, dst: str, lang: str, sids: np.ndarray, wids: np.ndarray) -> int:

@@ -45,7 +45,8 @@ class PairsConfig:
     """Translation pairs for one language pair ``[pairs.en-de]``: gzip/plain TSV files whose
     header names the two languages' columns (``en<TAB>de``)."""
 
-    paths: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list, metadata={
+        "help": "TSV files or globs (local or s3://), plain or gzip"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,12 @@
 """Stage ``vocab``: the V most frequent words per language, from mergeable partial counts.
 
-Each sentence shard is counted into ``P`` hash partitions (a stable CRC32 of the word); each
-partition's partial counters are summed by one merge task and cut to its top ``V``; the global
-top ``V`` is the top ``V`` of those. No node ever holds more than one partition's distinct words,
-and no shuffle of individual tokens happens. Words are the units of ``swe.text`` (lowercased
-English, cased German, teacher tokens for Chinese/Japanese).
+Each sentence shard is counted by one task, which writes its counts split into ``P`` hash
+partitions (a stable CRC32 of the word: ``counts/<lang>/p<P>/s<K>.parquet``); one task per
+partition sums them and keeps its top V (``top/<lang>/p<P>.parquet``); one last task takes the
+top V of those and writes ``<lang>.parquet`` (words by descending count, ties by the word). No
+process holds more than one partition's distinct words, the driver none; every task is marked,
+so a killed stage resumes task by task. Words are the units of ``swe.text`` (lowercased English,
+cased German, teacher tokens for Chinese/Japanese).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,15 +23,15 @@ import pyarrow as pa
 from swe import storage
 from swe.build.markers import StageDir, hashed
 from swe.build.runner import StageResult
-from swe.raysetup import get
+from swe.build.tasks import MiB, node_id, remote, run_sharded
 from swe.text import language, unit_keys
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["Result", "VocabConfig", "count_shard", "merge_partition", "read_vocab", "text_keys",
-           "top_words"]
+__all__ = ["Result", "VocabConfig", "count_shard", "merge_partition", "read_vocab", "read_words",
+           "select_words", "text_keys", "top_words"]
 
 NAME = "vocab"
 
@@ -38,10 +40,13 @@ NAME = "vocab"
 class VocabConfig:
     """``[vocab]``: size V per language and the minimum count."""
 
-    size: int = 150_000
-    min_count: int = 5
-    partitions: int = 16  # hash partitions of the mergeable word counts
-    on_short: str = "warn"  # fewer than `size` words reach min_count: warn | error
+    size: int = field(default=150_000, metadata={"min": 1, "help": "words V per language"})
+    min_count: int = field(default=5, metadata={"min": 1, "help": "fewest occurrences kept"})
+    partitions: int = field(default=16, metadata={
+        "min": 1, "help": "hash partitions of the mergeable word counts"})
+    on_short: str = field(default="warn", metadata={"choices": {
+        "warn": "continue with the smaller vocabulary", "error": "stop"},
+        "help": "what to do when fewer than size words reach min_count"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,13 +58,7 @@ class Result(StageResult):
 
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
-    """Problems with ``[vocab]``."""
-    v = cfg.vocab
-    if v.size < 1 or v.min_count < 1 or v.partitions < 1:
-        errors.append("vocab: size, min_count and partitions must be >= 1")
-    if v.on_short not in ("warn", "error"):
-        errors.append(f"vocab.on_short = {v.on_short!r}; use 'warn' (continue with the "
-                      "smaller vocabulary) or 'error' (stop)")
+    """Problems with ``[vocab]`` beyond its fields' declarations (none)."""
 
 
 def enabled(cfg: BuildConfig) -> bool:
@@ -78,30 +77,38 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
 
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
-    """Count per shard into partitions, merge each partition in a task, keep the global top V."""
-    import ray
-
-    cfg, v = ctx.cfg, ctx.cfg.vocab
-    count = ray.remote(num_cpus=0.5, num_returns=v.partitions)(count_shard)
-    merge = ray.remote(num_cpus=0.5)(merge_partition)
+    """Count per shard into partitions, merge each partition, keep the global top V."""
+    v = ctx.cfg.vocab
     sizes, lowest = {}, {}
-    for lang in cfg.languages:
-        parts = [count.remote(s["path"], lang, ctx.teacher, v.partitions)
-                 for s in done["sentences"].shards[lang]]
-        parts = [p if isinstance(p, list) else [p] for p in parts]
-        tops = get([merge.remote(*[p[i] for p in parts], size=v.size, min_count=v.min_count)
-                    for i in range(v.partitions)])
-        top = top_words([wc for t in tops for wc in t], v.size, v.min_count)
-        if not top:
+    for lang in ctx.cfg.languages:
+        top = _vocab_language(ctx, st, lang, done["sentences"].shards[lang])
+        if not top["size"]:
             raise ValueError(f"{lang}: no word occurs {v.min_count}+ times; "
                              "lower vocab.min_count or add corpus")
-        words, counts = zip(*top, strict=True)
-        storage.write_parquet(st.path(f"{lang}.parquet"),
-                              pa.table({"word": list(words), "count": list(counts)}))
-        sizes[lang], lowest[lang] = len(words), int(counts[-1])
-        if len(words) < v.size:
-            _short_vocab(st, v, lang, len(words))
+        sizes[lang], lowest[lang] = top["size"], top["min_count_kept"]
+        if top["size"] < v.size:
+            _short_vocab(st, v, lang, top["size"])
     return Result(sizes=sizes, min_count_kept=lowest)
+
+
+def _vocab_language(ctx: BuildContext, st: StageDir, lang: str, shards: list[dict]) -> dict:
+    """The three passes over one language's shards; the final size and lowest count."""
+    v = ctx.cfg.vocab
+    out = st.path("counts", lang)
+    biggest = max(s["sentences"] for s in shards)
+    count = remote(count_shard, 128 * MiB + biggest * 1200, "vocab (count)",
+                   "corpus.<lang>.shard_lines")
+    # A partition's distinct words follow the corpus's long tail, not V: a fixed reservation.
+    merge = remote(merge_partition, 1024 * MiB, "vocab (merge)", "vocab.partitions")
+    select = remote(select_words, 128 * MiB + v.partitions * v.size * 120, "vocab (select)",
+                    "vocab.size")
+    run_sharded(st, [(f"{lang}-count-{k:06d}", lambda s=s, k=k: count.remote(
+        s["path"], lang, ctx.teacher, v.partitions, out, k)) for k, s in enumerate(shards)])
+    run_sharded(st, [(f"{lang}-merge-{p:04d}", lambda p=p: merge.remote(
+        out, p, v.size, v.min_count)) for p in range(v.partitions)])
+    (top,) = run_sharded(st, [(f"{lang}-select", lambda: select.remote(
+        out, v.partitions, v.size, v.min_count, st.path(f"{lang}.parquet")))])
+    return top
 
 
 def _short_vocab(st: StageDir, v: VocabConfig, lang: str, found: int) -> None:
@@ -146,24 +153,55 @@ def partition_of(word: str, partitions: int) -> int:
     return zlib.crc32(word.encode("utf-8")) % partitions
 
 
-def count_shard(path: str, lang: str, teacher_dir: str, partitions: int) -> list[dict]:
-    """Word counts of one sentence shard, split into ``partitions`` dicts by word hash."""
+def count_shard(path: str, lang: str, teacher_dir: str, partitions: int, out: str,
+                shard: int) -> dict:
+    """Word counts of one sentence shard, written by hash partition."""
     counts: Counter = Counter()
-    for keys in text_keys(storage.read_parquet(path, ["text"]).column("text").to_pylist(), lang,
-                          teacher_dir):
+    texts = storage.read_parquet(path, ["text"]).column("text").to_pylist()
+    for keys in text_keys(texts, lang, teacher_dir):
         counts.update(keys)
     parts: list[dict] = [{} for _ in range(partitions)]
     for w, c in counts.items():
         parts[partition_of(w, partitions)][w] = c
-    return parts
+    for p, part in enumerate(parts):
+        if part:
+            _write_counts(storage.join(out, f"p{p:04d}", f"s{shard:06d}.parquet"), part.items())
+    return {"words": len(counts), "node": node_id()}
 
 
-def merge_partition(*partials: dict, size: int, min_count: int) -> list[tuple[str, int]]:
-    """Sum one partition's partial counters; its top ``size`` words with ``count >= min_count``."""
+def merge_partition(out: str, partition: int, size: int, min_count: int) -> dict:
+    """Sum one partition's partial counts; write its top ``size`` words with ``count >=
+    min_count``."""
     total: Counter = Counter()
-    for p in partials:
-        total.update(p)
-    return top_words(total.items(), size, min_count)
+    for url in storage.find(storage.join(out, f"p{partition:04d}")):
+        t = storage.read_parquet(url)
+        total.update(dict(zip(t.column("word").to_pylist(), t.column("count").to_pylist(),
+                              strict=True)))
+    top = top_words(total.items(), size, min_count)
+    _write_counts(storage.join(out, "top", f"p{partition:04d}.parquet"), top)
+    return {"words": len(total), "kept": len(top), "node": node_id()}
+
+
+def select_words(out: str, partitions: int, size: int, min_count: int, dst: str) -> dict:
+    """The global top ``size`` of the partitions' tops, written to ``dst``."""
+    items = []
+    for p in range(partitions):
+        t = storage.read_parquet(storage.join(out, "top", f"p{p:04d}.parquet"))
+        items += zip(t.column("word").to_pylist(), t.column("count").to_pylist(), strict=True)
+    top = top_words(items, size, min_count)
+    _write_counts(dst, top)
+    return {"size": len(top), "min_count_kept": int(top[-1][1]) if top else 0}
+
+
+def _write_counts(url: str, items: Iterable[tuple[str, int]]) -> None:
+    words, counts = zip(*items, strict=True) if items else ((), ())
+    storage.write_parquet(url, pa.table({"word": pa.array(list(words), pa.string()),
+                                         "count": pa.array(list(counts), pa.int64())}))
+
+
+def read_words(url: str) -> list[str]:
+    """The words of a vocabulary file written by this stage."""
+    return storage.read_parquet(url, ["word"]).column("word").to_pylist()
 
 
 def top_words(items: Iterable[tuple[str, int]], size: int, min_count: int) -> list[tuple[str, int]]:

@@ -1,0 +1,99 @@
+"""The encoder actor: one chunk in, one Parquet part and its receipt written, one receipt row out.
+
+Parts go straight from the actor to storage under their deterministic names (a retried chunk
+rewrites the same name; each write is atomic); nothing but the receipt returns to the driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swe import storage
+
+__all__ = ["DTYPES", "Encoder", "quantize"]
+
+DTYPES = ("float32", "float16", "int8")
+
+
+def quantize(vectors: np.ndarray, dtype: str, dim: int | None) -> tuple[np.ndarray, float]:
+    """Truncate to ``dim`` (re-normalised) and cast; int8 is ``round(v / scale)`` with the
+    returned ``scale`` (``v ≈ int8 * scale``; unit vectors: scale = 1/127)."""
+    if dim is not None and dim < vectors.shape[1]:
+        vectors = vectors[:, :dim]
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = vectors / np.where(norms > 0, norms, 1)
+    if dtype == "int8":
+        scale = 1 / 127
+        return np.clip(np.rint(vectors / scale), -127, 127).astype(np.int8), scale
+    return vectors.astype(dtype), 1.0
+
+
+def _node_id() -> str:
+    """The Ray node this actor runs on (recorded in each receipt), or "" outside Ray."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
+
+class Encoder:
+    """Ray Data actor: loads the model once; ``__call__`` takes one chunk row (batch_size=1)."""
+
+    def __init__(self, model: str, run_dir: str, text_col: str, id_col: str | None,
+                 keep: list[str], dtype: str = "float32", dim: int | None = None) -> None:
+        from swe.model import StaticModel
+
+        self.model = StaticModel.load(model)
+        self.run_dir = run_dir
+        self.text_col = text_col
+        self.id_col = id_col
+        self.keep = keep
+        self.dtype = dtype
+        self.dim = dim
+        self.node = _node_id()
+
+    def _table(self, chunk: pa.Table) -> pa.Table:
+        """The output rows of one chunk: ``[id | file, row], kept columns..., embedding``."""
+        def values(name: str) -> pa.Array:
+            return chunk.column("c:" + name).combine_chunks().flatten()
+
+        texts = values(self.text_col)
+        vectors, _ = quantize(self.model.encode(texts.to_pylist()), self.dtype, self.dim)
+        n = len(texts)
+        cols: dict = {}
+        if self.id_col:
+            cols[self.id_col] = values(self.id_col)
+        else:
+            first = chunk.column("row")[0].as_py()
+            cols["file"] = pa.array([chunk.column("file")[0].as_py()] * n, pa.string())
+            cols["row"] = pa.array(np.arange(first, first + n, dtype=np.int64))
+        for c in self.keep:
+            if c not in cols:
+                cols[c] = values(c)
+        cols["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)),
+                                                              vectors.shape[1])
+        return pa.table(cols)
+
+    def __call__(self, chunk: pa.Table) -> pa.Table:
+        """Encode a chunk, write its part then its receipt; return the receipt as a row."""
+        part = chunk.column("part")[0].as_py()
+        table = self._table(chunk)
+        buf = io.BytesIO()
+        pq.write_table(table, buf, row_group_size=16384)
+        data = buf.getvalue()
+        storage.write_bytes_atomic(storage.join(self.run_dir, f"{part}.parquet"), data)
+        receipt = {"part": part, "file_index": chunk.column("file_index")[0].as_py(),
+                   "rows": table.num_rows, "bytes": len(data),
+                   "sha256": hashlib.sha256(data).hexdigest(),
+                   "nulls": chunk.column("nulls")[0].as_py(),
+                   "empty": chunk.column("empty")[0].as_py(),
+                   "invalid_utf8": chunk.column("invalid_utf8")[0].as_py(),
+                   "node": self.node}
+        storage.write_bytes_atomic(storage.join(self.run_dir, "_receipts", f"{part}.json"),
+                                   json.dumps(receipt).encode())
+        return pa.table({k: [v] for k, v in receipt.items()})

@@ -1,0 +1,287 @@
+"""The bulk encoding job: check the target, resume or start a run, encode on Ray Data, verify the
+row counts, publish.
+
+1. *Check* (driver, before any work): inputs exist and have a known format; the model loads; the
+   output is not the model or an input and holds nothing but an earlier encode output
+   (``--overwrite`` to replace something else); Parquet footers and each JSONL file's first
+   record have the columns asked for.
+2. *Run*: named by a hash of inputs (name, size, mtime/ETag), model and options. A rerun of the
+   same command finds its verified parts and encodes only the rest; a changed input, model or
+   option starts a new run, and the log says which.
+3. *Encode*: read tasks stream chunks; an elastic actor pool (``--actors`` … ``--max-actors``)
+   encodes each chunk and writes its part and receipt straight to storage.
+4. *Verify and publish*: rows per file from the receipts must equal each file's independent count
+   (Parquet footer, or a streaming pass run alongside); then ``_manifest.json`` is written in one
+   atomic write and the previous version is removed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swe import storage
+from swe.bulk import layout
+from swe.bulk.encoder import DTYPES, Encoder
+from swe.bulk.read import plan, read_task
+from swe.storage import expand_inputs, input_format
+
+__all__ = ["EncodeOptions", "EncodeSummary", "encode_files"]
+
+log = logging.getLogger("swe.bulk")
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """Everything that shapes the output: a change starts a new run."""
+
+    text_column: str = "text"
+    id_column: str | None = None
+    keep_columns: tuple[str, ...] = ()
+    dtype: str = "float32"
+    dim: int | None = None
+    fmt: str = "auto"
+    part_rows: int = 65536
+
+
+@dataclass
+class EncodeSummary:
+    """What a bulk encoding job did; also stored in the output's ``_manifest.json``."""
+
+    output: str
+    model: str
+    run: str
+    files: int
+    rows: int
+    parts: int
+    resumed_parts: int
+    null_texts: int
+    empty_texts: int
+    invalid_utf8_rows: int
+    nodes: int
+    dim: int
+    dtype: str
+    seconds: float
+    rows_per_s: float
+
+
+def _absolute(url: str) -> str:
+    return os.path.abspath(url) if storage.is_local(url) and "://" not in url else url
+
+
+def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: int | None) -> None:
+    if opts.dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {opts.dtype!r}")
+    if opts.dim is not None and opts.dim < 1:
+        raise ValueError(f"--dim must be positive, got {opts.dim}")
+    if opts.part_rows < 1 or actors < 1 or (max_actors is not None and max_actors < actors):
+        raise ValueError("need --part-rows ≥ 1, --actors ≥ 1 and --max-actors ≥ --actors")
+    for p in files:  # unknown formats fail here, before anything starts
+        if input_format(p, opts.fmt)[0] == "text" and (opts.id_column or opts.keep_columns):
+            raise ValueError(f"{p} is plain text (one text per line): it has no columns; drop "
+                             "--id-column/--keep-columns (rows are numbered)")
+
+
+def _spec(model: str, files: list[str], opts: EncodeOptions) -> tuple[str, dict]:
+    """The run's name and what it is made of."""
+    spec = {"model": model, "model_fingerprint": storage.fingerprint(model),
+            "inputs": [[f, storage.fingerprint(f)] for f in files], "options": asdict(opts)}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12], spec
+
+
+def _start_run(output: str, run: str, spec: dict) -> dict[str, dict]:
+    """Say whether this run resumes or replaces an earlier one; record its spec; return its
+    verified parts."""
+    current = layout.read_manifest(output)
+    if current and current["run"] != run:
+        old = current["spec"]
+        changed = [k for k in ("model", "model_fingerprint", "inputs") if old.get(k) != spec[k]]
+        changed += [f"--{k.replace('_', '-')}" for k, v in spec["options"].items()
+                    if old.get("options", {}).get(k) != v]
+        log.warning("%s holds run %s; its %s changed: starting a new run %s (the current "
+                    "output stays until this one is complete)", output, current["run"],
+                    ", ".join(changed) or "spec", run)
+    run_spec = storage.join(layout.run_dir(output, run), "_run.json")
+    fs, path = storage.filesystem(run_spec)
+    if not fs.exists(path):
+        storage.write_bytes_atomic(run_spec, json.dumps({"format": layout.FORMAT, "run": run,
+                                                         "spec": spec}, indent=1).encode())
+        return {}
+    done = layout.find_receipts(output, run)
+    log.info("resuming run %s: %d parts already written and verified", run, len(done))
+    return done
+
+
+_USER_ERRORS = {"ValueError": ValueError, "FileNotFoundError": FileNotFoundError,
+                "PermissionError": PermissionError}
+
+
+def _user_error(e: BaseException) -> BaseException:
+    """The user's own error inside a Ray task/actor failure (a ``ValueError`` naming a file, a
+    ``PermissionError`` naming a path), without Ray's traceback; else ``e`` itself."""
+    seen = e
+    while (inner := getattr(seen, "cause", None) or seen.__cause__) not in (None, seen):
+        seen = inner
+    if isinstance(seen, tuple(_USER_ERRORS.values())):
+        message = str(seen.args[0]) if seen.args else str(seen)
+        return type(seen)(message.split("\n", 1)[0])  # without Ray Data's retry hint
+    # An actor's error arrives as text only (its cause is not kept): the first "Type: message"
+    # line of the remote traceback is the original error.
+    found = re.search(r"^(?:\w+\.)*(" + "|".join(_USER_ERRORS) + r"): (.+)$", str(e), re.M)
+    return _USER_ERRORS[found.group(1)](found.group(2)) if found else e
+
+
+def _progress(done_rows: int, first: list, counts: list, last: list) -> None:
+    """A progress line every ~10 s: rows, rows/s since the first part (start-up excluded), and
+    an ETA once the input is counted."""
+    import ray
+
+    now = time.perf_counter()
+    if not first:
+        first.extend([now, done_rows])
+        return
+    if now - last[0] < 10:
+        return
+    last[0] = now
+    rate = (done_rows - first[1]) / max(now - first[0], 1e-9)
+    ready, _ = ray.wait(counts, num_returns=len(counts), timeout=0)
+    line = f"{done_rows:,} rows encoded, {rate:,.0f} rows/s"
+    if len(ready) == len(counts):
+        total = sum(ray.get(counts)) - last[1]
+        eta = max(total - done_rows, 0) / max(rate, 1e-9)
+        line += f", {100 * done_rows / max(total, 1):.0f}% of {total:,}, ETA {eta:,.0f}s"
+    print(line, file=sys.stderr, flush=True)
+
+
+def _encode(model: str, output: str, run: str, opts: EncodeOptions, tasks: list[dict],
+            done: dict, counts: list, pool: tuple[int, int | None, float]) -> list[dict]:
+    """Run the Ray Data job over the chunks not yet done; the receipts of the new parts."""
+    import ray
+
+    by_file: dict[int, list[int]] = {}
+    for part in done:
+        f, c = part.split("-")
+        by_file.setdefault(int(f), []).append(int(c))
+    if not tasks:
+        return []
+    keep = list(opts.keep_columns)
+    ds = ray.data.from_items(tasks, override_num_blocks=len(tasks))
+    ds = ds.map_batches(read_task, batch_size=1, batch_format="pyarrow", num_cpus=0.25,
+                        fn_kwargs={"text_col": opts.text_column, "id_col": opts.id_column,
+                                   "keep": keep, "part_rows": opts.part_rows, "done": by_file})
+    actors, max_actors, cpus = pool
+    ds = ds.map_batches(Encoder, batch_size=1, batch_format="pyarrow", num_cpus=cpus,
+                        compute=ray.data.ActorPoolStrategy(min_size=actors, max_size=max_actors),
+                        fn_constructor_kwargs={
+                            "model": model, "run_dir": layout.run_dir(output, run),
+                            "text_col": opts.text_column, "id_col": opts.id_column,
+                            "keep": keep, "dtype": opts.dtype, "dim": opts.dim})
+    new: list[dict] = []
+    first: list = []
+    last = [time.perf_counter(), sum(r["rows"] for r in done.values())]
+    rows = 0
+    for receipt in ds.iter_rows():
+        new.append(dict(receipt))
+        rows += receipt["rows"]
+        _progress(rows, first, counts, last)
+    return new
+
+
+def _schema(output: str, parts: list[dict], opts: EncodeOptions, dim: int) -> str:
+    """The output's Arrow schema (from the first part's footer), base64 IPC."""
+    if parts:
+        fs, path = storage.filesystem(storage.join(output, parts[0]["path"]))
+        with fs.open(path, "rb") as f:
+            schema = pq.ParquetFile(f).schema_arrow
+    else:
+        fields = ([(opts.id_column, pa.string())] if opts.id_column
+                  else [("file", pa.string()), ("row", pa.int64())])
+        fields += [(c, pa.string()) for c in opts.keep_columns if c != opts.id_column]
+        schema = pa.schema([*fields, ("embedding", pa.list_(pa.from_numpy_dtype(opts.dtype),
+                                                            opts.dim or dim))])
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def _check_rows(files: list[str], counts: list[int], receipts: dict) -> None:
+    """Exactly one output row per input row, file by file."""
+    written = [0] * len(files)
+    for r in receipts.values():
+        written[r["file_index"]] += r["rows"]
+    for path, n, w in zip(files, counts, written, strict=True):
+        if n != w:
+            raise RuntimeError(f"{path}: wrote {w} rows for its {n} input rows; the previous "
+                               "output was left in place. Rerun the same command to retry")
+
+
+def encode_files(model: str, inputs: list[str], output: str, *,
+                 options: EncodeOptions | None = None, actors: int = 1,
+                 max_actors: int | None = None, cpus_per_actor: float = 0.5,
+                 overwrite: bool = False) -> EncodeSummary:
+    """Encode every row of ``inputs`` with the model at ``model`` into Parquet at ``output``."""
+    from swe.model import StaticModel
+    from swe.raysetup import get, init_ray
+
+    opts = options or EncodeOptions()
+    model, output = _absolute(model), _absolute(output.rstrip("/"))
+    inputs = [_absolute(p) for p in inputs]  # workers may run in another directory
+    files = expand_inputs(inputs)
+    _validate(opts, files, actors, max_actors)
+    dim = StaticModel.load(model).dim  # fail fast on a bad model path
+    layout.check_target(output, model, inputs, files, overwrite)
+    run, spec = _spec(model, files, opts)
+    init_ray()
+    start = time.perf_counter()
+    done = _start_run(output, run, spec)
+    cols = [opts.text_column, *([opts.id_column] if opts.id_column else []),
+            *opts.keep_columns]
+    try:
+        tasks, counts = plan(files, opts.fmt, cols, opts.part_rows)
+        tasks = [t for t in tasks if not _group_done(t, done)]
+        new = _encode(model, output, run, opts, tasks, done, counts,
+                      (actors, max_actors, cpus_per_actor))
+        counts = get(counts)
+    except Exception as e:
+        raise _user_error(e) from None
+    receipts = {**done, **{r["part"]: r for r in new}}
+    _check_rows(files, counts, receipts)
+    order = sorted(receipts.values(), key=lambda r: tuple(map(int, r["part"].split("-"))))
+    parts = [{"path": f"{layout.RUN_PREFIX}{run}/{r['part']}.parquet", "rows": r["rows"],
+              "bytes": r["bytes"], "sha256": r["sha256"]} for r in order]
+    seconds = time.perf_counter() - start
+    total = sum(counts)
+    summary = EncodeSummary(
+        output=output, model=model, run=run, files=len(files), rows=total, parts=len(parts),
+        resumed_parts=len(done), null_texts=sum(r["nulls"] for r in order),
+        empty_texts=sum(r["empty"] for r in order),
+        invalid_utf8_rows=sum(r["invalid_utf8"] for r in order),
+        nodes=len({r.get("node") for r in new}), dim=opts.dim or dim,
+        dtype=opts.dtype, seconds=round(seconds, 3), rows_per_s=round(total / seconds, 1))
+    manifest = {"format": layout.FORMAT, "version": 1, "run": run, "spec": spec,
+                "rows": total, "files": [{"path": f, "rows": n}
+                                         for f, n in zip(files, counts, strict=True)],
+                "parts": parts, "scale": 1 / 127 if opts.dtype == "int8" else 1.0,
+                "schema": _schema(output, parts, opts, dim), "summary": asdict(summary)}
+    layout.publish(output, run, manifest, overwrite)
+    print(f"encoded {total} rows ({summary.null_texts} null, {summary.empty_texts} empty, "
+          f"{summary.invalid_utf8_rows} with invalid UTF-8) in {seconds:.1f}s = "
+          f"{summary.rows_per_s:.0f} rows/s -> {output} ({len(parts)} parts, "
+          f"{len(done)} resumed; encoded on {summary.nodes} nodes)", file=sys.stderr)
+    return summary
+
+
+def _group_done(task: dict, done: dict) -> bool:
+    """A Parquet row group whose chunks are all written already needs no read task."""
+    if task["format"] != "parquet" or task["n_chunks"] == 0:
+        return False
+    first = task["first_chunk"]
+    return all(f"{task['file_index']}-{c}" in done for c in range(first, first + task["n_chunks"]))

@@ -1,0 +1,176 @@
+"""The output's layout and its commit protocol: what is ours, resume state, publishing, readers.
+
+An output is a directory (or ``s3://`` prefix)::
+
+    <output>/_manifest.json              the current version: its parts, rows, checksums, options
+    <output>/v-<run>/_run.json           a run's spec (inputs, model, options), written first
+    <output>/v-<run>/<file>-<chunk>.parquet   parts, each written once under a deterministic name
+    <output>/v-<run>/_receipts/<file>-<chunk>.json   rows, bytes, checksum; written after its part
+
+A run is named by a hash of its inputs, model and options, so a rerun of the same command finds
+its own receipts and encodes only the missing parts. ``_manifest.json`` is written last, in one
+atomic write; the previous version stays readable until then and is removed only after.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from swe import storage
+
+__all__ = ["FORMAT", "MANIFEST", "check_target", "find_receipts", "output_parts", "publish",
+           "read_manifest", "read_output", "run_dir"]
+
+log = logging.getLogger("swe.bulk")
+
+FORMAT = "swe-bulk-encode"
+MANIFEST = "_manifest.json"
+RUN_PREFIX = "v-"
+
+
+def run_dir(output: str, run: str) -> str:
+    """Where run ``run``'s parts live."""
+    return storage.join(output, RUN_PREFIX + run)
+
+
+def _norm(url: str) -> str:
+    """A comparable form of a URL: real local path, or ``bucket/key`` on object stores."""
+    url = os.fspath(url)
+    if storage.is_local(url):
+        return os.path.realpath(url.removeprefix("file://")).rstrip("/") or "/"
+    return url.split("://", 1)[1].strip("/")
+
+
+def _inside(a: str, b: str) -> bool:
+    """``a`` is ``b`` or lies under it."""
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def read_manifest(output: str) -> dict | None:
+    """The current manifest of an encode output, or None when there is none."""
+    try:
+        data = json.loads(storage.read_bytes(storage.join(output, MANIFEST)))
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def _entries(output: str) -> list[tuple[str, str]] | None:
+    """``(name, type)`` of the entries directly under ``output``; None when nothing is there;
+    ``[("", "file")]`` when ``output`` is itself a file."""
+    fs, path = storage.filesystem(output)
+    fs.invalidate_cache()
+    if not fs.exists(path):
+        return None
+    if not fs.isdir(path):
+        return [("", "file")]
+    return [(os.path.basename(e["name"].rstrip("/")), e["type"])
+            for e in fs.ls(path, detail=True)]
+
+
+def _ours(output: str, entries: list[tuple[str, str]]) -> bool:
+    """Everything under ``output`` was written by this job (a manifest, or run dirs)."""
+    if entries == [("", "file")]:
+        return False
+    if read_manifest(output) is not None:
+        return True
+    fs, path = storage.filesystem(output)
+    for name, kind in entries:
+        if name.startswith(MANIFEST + ".tmp-"):  # a manifest write cut short
+            continue
+        if kind != "directory" or not name.startswith(RUN_PREFIX):
+            return False
+        if not fs.exists(f"{path}/{name}/_run.json"):
+            return False
+    return bool(entries)
+
+
+def check_target(output: str, model: str, patterns: list[str], files: list[str],
+                 overwrite: bool) -> None:
+    """Refuse, before any work, an output that is or holds the model or an input, or lies
+    inside them; and one that holds something other than an earlier encode output, unless
+    ``overwrite``. With ``overwrite``, a plain file at ``output`` is removed now."""
+    out = _norm(output)
+    plain = [p for p in patterns if not any(c in p for c in "*?[")]  # globs: their files
+    for what, url in [("the model", model)] + [("an input", p) for p in (*plain, *files)]:
+        other = _norm(url)
+        if _inside(out, other) or _inside(other, out):
+            raise ValueError(f"--output {output} overlaps {what} ({url}): writing there would "
+                             "replace it; choose an output path outside the model and inputs")
+    entries = _entries(output)
+    if not entries or _ours(output, entries):
+        return
+    if not overwrite:
+        kind = "a file" if entries == [("", "file")] else "a folder that is not an encode output"
+        raise FileExistsError(f"--output {output} is {kind} (no {MANIFEST}); refusing to "
+                              "replace it. Choose another path, or pass --overwrite to replace "
+                              "it (a folder's content is removed once the new output is "
+                              "complete; a file at once)")
+    if entries == [("", "file")]:
+        fs, path = storage.filesystem(output)
+        fs.rm(path)
+
+
+def find_receipts(output: str, run: str) -> dict[str, dict]:
+    """The verified parts of run ``run``: part name → receipt, for parts whose receipt exists
+    and whose file has the size the receipt records (fetched concurrently on object stores)."""
+    fs, root = storage.filesystem(run_dir(output, run))
+    fs.invalidate_cache()
+    if not fs.exists(f"{root}/_receipts"):
+        return {}
+    sizes = {os.path.basename(k): v["size"] for k, v in fs.find(root, detail=True).items()
+             if k.endswith(".parquet")}
+    names = [p for p in fs.find(f"{root}/_receipts") if p.endswith(".json")]
+    blobs = fs.cat(names) if names else {}
+    out = {}
+    for blob in blobs.values():
+        try:
+            receipt = json.loads(blob)
+        except ValueError:
+            continue
+        if sizes.get(receipt.get("part", "") + ".parquet") == receipt.get("bytes"):
+            out[receipt["part"]] = receipt
+    return out
+
+
+def publish(output: str, run: str, manifest: dict, overwrite: bool = False) -> None:
+    """Make run ``run`` the current version (one atomic manifest write), then remove what the
+    previous versions left: other run dirs, and with ``overwrite`` anything else there."""
+    storage.write_bytes_atomic(storage.join(output, MANIFEST),
+                               json.dumps(manifest, indent=1).encode())
+    fs, path = storage.filesystem(output)
+    for name, _ in _entries(output) or []:
+        ours = name.startswith((RUN_PREFIX, MANIFEST + ".tmp-"))
+        if name in (MANIFEST, RUN_PREFIX + run) or not (ours or overwrite):
+            continue
+        try:
+            fs.rm(f"{path}/{name}", recursive=True)
+        except OSError as e:  # the new version is complete; the next run retries the cleanup
+            log.warning("could not remove %s/%s from a previous version (%s); the next run "
+                        "removes it", output, name, e)
+
+
+def output_parts(output: str) -> list[str]:
+    """URLs of the current version's Parquet parts, from its manifest."""
+    manifest = read_manifest(output)
+    if manifest is None:
+        raise FileNotFoundError(f"{output} has no {MANIFEST}: it is not a finished encode "
+                                "output (run pipelines/encode.py, or wait for it to finish)")
+    return [storage.join(output, p["path"]) for p in manifest["parts"]]
+
+
+def read_output(output: str) -> Any:
+    """The current version of an encode output as a ``pyarrow.dataset.Dataset``."""
+    import base64
+
+    import pyarrow as pa
+    import pyarrow.dataset as pds
+
+    parts = output_parts(output)
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(read_manifest(output)["schema"])))
+    fs, _ = storage.pyarrow_filesystem(output)
+    paths = [storage.pyarrow_filesystem(p)[1] for p in parts]
+    return pds.dataset(paths, schema=schema, format="parquet", filesystem=fs)

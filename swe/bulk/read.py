@@ -1,0 +1,228 @@
+"""Reading inputs for the bulk job: the plan (driver + small tasks), row counts and read tasks.
+
+A *chunk* is ``part_rows`` consecutive rows of one input file, numbered from 0 within the file;
+it becomes one output part ``<file index>-<chunk>``. Text/JSONL files are read by one task each
+(a compressed stream cannot be split); Parquet files by one task per row group, whose chunks are
+numbered after the previous row groups' (known from the footer).
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swe.storage import input_format, iter_lines, open_input
+
+__all__ = ["count_rows", "plan", "read_task"]
+
+
+@contextmanager
+def named(path: str) -> Iterator[None]:
+    """Turn a decompression or Parquet error into a one-line ``ValueError`` naming ``path``."""
+    try:
+        yield
+    except (FileNotFoundError, PermissionError, ConnectionError, TimeoutError):
+        raise
+    except (EOFError, OSError, lzma.LZMAError, zlib.error, pa.ArrowException) as e:
+        raise ValueError(f"{path}: cannot read it ({type(e).__name__}: {e}): the file is "
+                         "truncated or corrupt; re-create or re-download it") from None
+    except Exception as e:
+        if "zstd" not in type(e).__name__.lower():
+            raise
+        raise ValueError(f"{path}: cannot decompress it ({e}): the file is truncated or "
+                         "corrupt; re-create or re-download it") from None
+
+
+def count_rows(path: str, fmt: str) -> int:
+    """Rows a file holds: Parquet footer, or lines (JSONL: non-blank lines)."""
+    with named(path), open_input(path) as f:
+        if fmt == "parquet":
+            return pq.ParquetFile(f).metadata.num_rows
+        if fmt == "jsonl":
+            return sum(1 for line in iter_lines(f) if line.strip())
+        n, last = 0, b"\n"
+        while chunk := f.read(1 << 22):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+        return n + (last != b"\n")
+
+
+def _columns(text_col: str, id_col: str | None, keep: list[str]) -> list[str]:
+    return [text_col] + ([id_col] if id_col else []) + list(keep)
+
+
+def _describe(index: int, path: str, cols: list[str], part_rows: int) -> tuple[list[dict], int]:
+    """A Parquet file's read descriptors (one per row group) and row count; checks columns."""
+    with named(path), open_input(path) as f:
+        pf = pq.ParquetFile(f)
+        meta, names = pf.metadata, pf.schema_arrow.names
+    missing = [c for c in cols if c not in names]
+    if missing:
+        raise ValueError(f"{path}: no column {missing[0]!r}; columns are {names} "
+                         "(use --text-column/--id-column/--keep-columns)")
+    out, offset, chunk = [], 0, 0
+    for rg in range(meta.num_row_groups):
+        n = meta.row_group(rg).num_rows
+        out.append({"file_index": index, "path": path, "format": "parquet", "row_group": rg,
+                    "row_offset": offset, "first_chunk": chunk, "n_chunks": -(-n // part_rows)})
+        offset += n
+        chunk += out[-1]["n_chunks"]
+    return out, meta.num_rows
+
+
+def _peek_jsonl(path: str, cols: list[str]) -> None:
+    """Check the first record of a JSONL file has the columns asked for (before any work)."""
+    with named(path), open_input(path) as f:
+        for lineno, raw in enumerate(iter_lines(f, 1 << 16), 1):
+            if raw.strip():
+                _record(path, lineno, raw.decode("utf-8", errors="replace"), cols)
+                return
+
+
+def plan(files: list[str], fmt: str, cols: list[str], part_rows: int) -> tuple[list[dict], list]:
+    """Read descriptors (one per text file or Parquet row group) and refs to each file's row
+    count, in file order. Parquet footers and each JSONL file's first record are checked now;
+    text files are counted by tasks that run alongside the job."""
+    import ray
+
+    from swe.raysetup import get
+
+    describe = ray.remote(num_cpus=0.25)(_describe)
+    peek = ray.remote(num_cpus=0.25)(_peek_jsonl)
+    count = ray.remote(num_cpus=0.25)(count_rows)
+    kinds = [input_format(p, fmt)[0] for p in files]
+    described = {i: describe.remote(i, p, cols, part_rows)
+                 for i, (p, k) in enumerate(zip(files, kinds, strict=True)) if k == "parquet"}
+    get([peek.remote(p, cols) for p, k in zip(files, kinds, strict=True) if k == "jsonl"])
+    tasks: list[dict] = []
+    counts: list = []
+    for i, (path, kind) in enumerate(zip(files, kinds, strict=True)):
+        if kind == "parquet":
+            rg_tasks, n = get(described[i])
+            tasks.extend(rg_tasks)
+            counts.append(ray.put(n))
+        else:
+            tasks.append({"file_index": i, "path": path, "format": kind, "row_group": 0,
+                          "row_offset": 0, "first_chunk": 0, "n_chunks": 0})
+            counts.append(count.remote(path, kind))
+    return tasks, counts
+
+
+def _record(path: str, lineno: int, line: str, cols: list[str]) -> list:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}:{lineno}: not a JSON object")
+    for c in cols:
+        if c not in obj:
+            raise ValueError(f"{path}:{lineno}: no {c!r} field (use --text-column/--id-column/"
+                             "--keep-columns)")
+    text = obj[cols[0]]
+    return [text if text is None or isinstance(text, str) else str(text),
+            *(obj[c] for c in cols[1:])]
+
+
+def _text_rows(path: str, fmt: str, cols: list[str]) -> Iterator[tuple[list, bool]]:
+    """``(values, invalid_utf8)`` per row of a text or JSONL file, in order."""
+    with open_input(path) as f:
+        for lineno, raw in enumerate(iter_lines(f), 1):
+            if fmt == "jsonl" and not raw.strip():
+                continue
+            try:
+                line, bad = raw.decode("utf-8"), False
+            except UnicodeDecodeError:
+                line, bad = raw.decode("utf-8", errors="replace"), True
+            if fmt == "text":
+                yield [line.removesuffix("\r")], bad
+            else:
+                yield _record(path, lineno, line, cols), bad
+
+
+def _text_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
+                 ) -> Iterator[tuple[int, pa.Table, int]]:
+    """``(chunk, table, invalid_utf8)`` of a text/JSONL file; skipped chunks are parsed (to
+    keep row numbers) but not built."""
+    path, fmt = desc["path"], desc["format"]
+    rows: list = []
+    bad, chunk = 0, 0
+    for values, invalid in _text_rows(path, fmt, cols):
+        rows.append(values)
+        bad += invalid
+        if len(rows) == part_rows:
+            yield chunk, (None if chunk in skip else _table(rows, cols)), bad
+            rows, bad, chunk = [], 0, chunk + 1
+    if rows:
+        yield chunk, (None if chunk in skip else _table(rows, cols)), bad
+
+
+def _table(rows: list, cols: list[str]) -> pa.Table:
+    columns = list(zip(*rows, strict=True))
+    return pa.table({c: pa.array(v, pa.string() if i == 0 else None)
+                     for i, (c, v) in enumerate(zip(cols, columns, strict=True))})
+
+
+def _parquet_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
+                    ) -> Iterator[tuple[int, pa.Table, int]]:
+    """``(chunk, table, 0)`` of one Parquet row group, re-cut into exactly ``part_rows`` rows."""
+    path = desc["path"]
+    chunk = desc["first_chunk"]
+    pending: list[pa.RecordBatch] = []
+    have = 0
+    with open_input(path) as f:
+        pf = pq.ParquetFile(f)
+        for rb in pf.iter_batches(batch_size=part_rows, row_groups=[desc["row_group"]],
+                                  columns=cols):
+            if not (pa.types.is_string(rb.schema.field(cols[0]).type)
+                    or pa.types.is_large_string(rb.schema.field(cols[0]).type)):
+                raise ValueError(f"{path}: column {cols[0]!r} is {rb.schema.field(cols[0]).type},"
+                                 " not text (use --text-column)")
+            pending.append(rb)
+            have += rb.num_rows
+            while have >= part_rows:
+                table = pa.Table.from_batches(pending)
+                yield chunk, (None if chunk in skip else table.slice(0, part_rows)), 0
+                rest = table.slice(part_rows)
+                pending, have, chunk = rest.to_batches(), rest.num_rows, chunk + 1
+    if have:
+        yield chunk, (None if chunk in skip else pa.Table.from_batches(pending)), 0
+
+
+def read_task(batch: pa.Table, text_col: str, id_col: str | None, keep: list[str], part_rows: int,
+              done: dict) -> Iterator[pa.Table]:
+    """Ray Data UDF: one read descriptor → one row per chunk still to encode, holding the
+    chunk's texts (and ids, kept columns) as lists, its part name and first row number."""
+    desc = batch.slice(0, 1).to_pylist()[0]
+    cols = _columns(text_col, id_col, keep)
+    skip = set(done.get(desc["file_index"], ()))
+    reader = _parquet_chunks if desc["format"] == "parquet" else _text_chunks
+    row = desc["row_offset"]
+    with named(desc["path"]):
+        for chunk, table, bad in reader(desc, cols, part_rows, skip):
+            n = table.num_rows if table is not None else part_rows
+            if table is not None:
+                yield _chunk_row(desc, chunk, row, table, bad, cols)
+            row += n
+
+
+def _chunk_row(desc: dict, chunk: int, row: int, table: pa.Table, bad: int, cols: list[str]
+               ) -> pa.Table:
+    texts = table.column(cols[0]).combine_chunks()
+    n = len(texts)
+    lens = pa.compute.utf8_length(pa.compute.utf8_trim_whitespace(texts))
+    empty = int(pa.compute.sum(pa.compute.equal(lens, 0)).as_py() or 0)
+    out = {"part": [f"{desc['file_index']}-{chunk}"], "file_index": [desc["file_index"]],
+           "file": [desc["path"]], "row": [row], "rows": [n], "invalid_utf8": [bad],
+           "nulls": [texts.null_count], "empty": [empty]}
+    for c in cols:
+        values = table.column(c).combine_chunks()
+        out["c:" + c] = pa.ListArray.from_arrays(pa.array(np.array([0, n], np.int32)), values)
+    return pa.table(out)

@@ -1,0 +1,280 @@
+"""A lease on an output folder (local or ``s3://``): one writer at a time, named when refused.
+
+The lease is ``<output>/_LEASE.json``: owner, host, pid, purpose, when it was taken, and a
+heartbeat that a daemon thread refreshes every ``heartbeat_s`` seconds. Another run into the same
+output stops at once with :class:`LeaseHeldError` naming the holder. A lease is taken over, with
+a warning, when it is *stale*: no heartbeat for ``timeout_s`` seconds, or its holder ran on this
+host and that process is gone (a killed run is resumed at once, without waiting the timeout).
+
+On a local folder, contenders judge and replace the lease one at a time under an ``flock`` on
+``_LEASE.lock`` (and create it exclusively), so two runs never both hold it. Object stores
+have neither: there the lease is written, then read back after ``settle_s``; the later writer of
+two simultaneous contenders wins and the other stops (best effort, documented in
+docs/reliability.md). Torch-free: the build and the bulk encoder both use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import getpass
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from swe import storage
+
+__all__ = ["LEASE_FILE", "Lease", "LeaseHeldError", "LeaseLostError"]
+
+log = logging.getLogger("swe.lease")
+
+LEASE_FILE = "_LEASE.json"
+TIMEOUT_S = float(os.environ.get("SWE_LEASE_TIMEOUT_S", 120))
+
+
+class LeaseHeldError(OSError):
+    """Another live run holds the output's lease."""
+
+
+class LeaseLostError(OSError):
+    """This run's lease was taken over (its heartbeat stopped for longer than the timeout)."""
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    """``(state, start time)`` of a process from ``/proc`` (Linux): the start time (clock ticks
+    since boot) tells a reused pid apart; state ``Z`` is a dead process not yet reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    stat = _stat(pid)
+    return stat[1] if stat else None
+
+
+def _alive(pid: int, started: str | None) -> bool:
+    """Whether the process ``pid`` (started at ``started``) still runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = _stat(pid)
+    if stat is None:
+        return True
+    return stat[0] != "Z" and (started is None or stat[1] == started)
+
+
+class Lease:
+    """The lease on one output folder; ``with Lease(output):`` holds it for the block."""
+
+    def __init__(self, output: str, purpose: str = "build", timeout_s: float = TIMEOUT_S,
+                 heartbeat_s: float | None = None, settle_s: float = 0.5) -> None:
+        self.output = output
+        self.url = storage.join(output, LEASE_FILE)
+        self.purpose = purpose
+        self.timeout_s = float(timeout_s)
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else max(self.timeout_s / 6,
+                                                                           0.05)
+        self.settle_s = settle_s
+        self.token = uuid.uuid4().hex
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._record = {"owner": _user(), "host": socket.gethostname(), "pid": os.getpid(),
+                        "pid_started": _start_time(os.getpid()), "purpose": purpose,
+                        "token": self.token}
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def holder(self) -> dict[str, Any] | None:
+        """The lease as written (``heartbeat_age_s`` added), or ``None`` when there is none."""
+        fs, path = storage.filesystem(self.url)
+        try:
+            raw = storage.read_bytes(self.url)
+            info = json.loads(raw.decode("utf-8"))
+            if not isinstance(info, dict):
+                raise ValueError("not an object")
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError):  # a half-written lease: judge it by its age
+            try:
+                mtime = fs.modified(path).timestamp()
+            except (OSError, NotImplementedError):
+                mtime = 0.0
+            info = {"owner": "unknown (unreadable lease file)", "heartbeat": mtime}
+        beat = info.get("heartbeat")
+        info["heartbeat_age_s"] = time.time() - beat if isinstance(beat, int | float) else 1e18
+        return info
+
+    def _stale_reason(self, info: dict[str, Any]) -> str | None:
+        if info["heartbeat_age_s"] > self.timeout_s:
+            return f"no heartbeat for {info['heartbeat_age_s']:.0f} s"
+        pid = info.get("pid")
+        if info.get("host") == socket.gethostname() and isinstance(pid, int) and not _alive(
+                pid, info.get("pid_started")):
+            return f"its process {pid} on this host is gone"
+        return None
+
+    def describe(self, info: dict[str, Any]) -> str:
+        """``user@host pid N (build, since T, heartbeat 3 s ago)``."""
+        since = info.get("taken")
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(
+            since, int | float) else "?"
+        return (f"{info.get('owner', '?')}@{info.get('host', '?')} pid {info.get('pid', '?')} "
+                f"({info.get('purpose', '?')}, since {since}, heartbeat "
+                f"{info['heartbeat_age_s']:.0f} s ago)")
+
+    # -- taking, keeping, giving back ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _local_lock(self) -> Iterator[None]:
+        """On a local folder, contenders judge and replace the lease one at a time (``flock``
+        on ``_LEASE.lock``); on an object store, a no-op."""
+        if not storage.is_local(self.url):
+            yield
+            return
+        os.makedirs(os.path.dirname(self.url), exist_ok=True)
+        fd = os.open(self.url + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def acquire(self) -> Lease:
+        """Take the lease, or raise :class:`LeaseHeldError` naming the live holder."""
+        with self._local_lock():
+            return self._acquire()
+
+    def _acquire(self) -> Lease:
+        for _ in range(5):
+            info = self.holder()
+            if info is not None and info.get("token") != self.token:
+                reason = self._stale_reason(info)
+                if reason is None:
+                    raise LeaseHeldError(
+                        f"{self.output} is in use by {self.describe(info)}: wait for that run "
+                        f"to finish or stop it, or write to another output (a lease with no "
+                        f"heartbeat for {self.timeout_s:.0f} s is taken over)")
+                log.warning("taking over the lease on %s from %s: %s", self.output,
+                            self.describe(info), reason)
+                if not self._remove_stale():
+                    continue  # another contender removed it first: look again
+            if self._create():
+                self._start_heartbeat()
+                return self
+        raise LeaseHeldError(f"{self.output}: could not take the lease ({self.url}) after 5 "
+                             "tries; another run keeps taking it")
+
+    def _payload(self, taken: float | None = None) -> bytes:
+        now = time.time()
+        return json.dumps({**self._record, "taken": taken or self._record.get("taken", now),
+                           "heartbeat": now}).encode()
+
+    def _create(self) -> bool:
+        """Write a fresh lease; ``False`` when another contender's got there first."""
+        self._record["taken"] = time.time()
+        if storage.is_local(self.url):
+            os.makedirs(os.path.dirname(self.url), exist_ok=True)
+            try:
+                fd = os.open(self.url, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(self._payload())
+            return True
+        storage.write_bytes(self.url, self._payload())
+        time.sleep(self.settle_s)  # a contender writing at the same moment: the later one wins
+        info = self.holder()
+        return info is not None and info.get("token") == self.token
+
+    def _remove_stale(self) -> bool:
+        """Remove a stale lease; ``False`` when another contender removed it first."""
+        fs, path = storage.filesystem(self.url)
+        try:
+            if storage.is_local(self.url):
+                aside = f"{self.url}.stale-{self.token}"
+                os.rename(self.url, aside)  # atomic: exactly one contender wins
+                os.remove(aside)
+            else:
+                fs.rm(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _start_heartbeat(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, name=f"lease {self.url}", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                info = self.holder()
+                if info is None or info.get("token") != self.token:
+                    self.lost = (f"the lease on {self.output} was taken over by "
+                                 f"{self.describe(info) if info else 'another run'}")
+                    log.error("%s; this run stops at its next step", self.lost)
+                    return
+                self._write_over(self._payload())
+            except OSError as e:  # a transient storage error: try again at the next beat
+                log.warning("lease heartbeat on %s failed: %s", self.url, e)
+
+    def _write_over(self, data: bytes) -> None:
+        """Replace the lease file whole (readers never see half of it)."""
+        if storage.is_local(self.url):
+            tmp = f"{self.url}.{self.token}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.url)
+        else:
+            storage.write_bytes(self.url, data)
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` when another run took this lease over."""
+        if self.lost:
+            raise LeaseLostError(f"{self.lost}; stopped so as not to write over its output")
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the lease if it is still this run's."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(self.heartbeat_s * 2, 5))
+            self._thread = None
+        info = self.holder()
+        if info is not None and info.get("token") == self.token:
+            fs, path = storage.filesystem(self.url)
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy shipped to a worker holds the facts, not the heartbeat thread."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_stop", "_thread")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _stop=threading.Event(), _thread=None)
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        return f"uid{os.getuid()}"

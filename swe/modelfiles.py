@@ -1,0 +1,179 @@
+"""A model folder on disk: complete-or-refused saves, checksummed loads, confined file reads.
+
+The scheme (the same on a local dir and an ``s3://`` prefix, where a rename is not atomic):
+
+* :func:`write_folder` first deletes ``config.json`` (so the folder reads as incomplete), writes
+  the data files, then writes ``config.json`` **last**, holding each file's size and SHA-256
+  under ``"files"``. A save killed at any point leaves either no ``config.json`` or the new one.
+* :func:`ModelFolder` reads ``config.json``, refuses unknown formats and versions, and checks
+  every file against its recorded size and SHA-256 before parsing it: a half-written or mixed
+  folder fails loudly, naming the file. Folders saved before checksums existed (format version
+  1, no ``"files"``) still load, unchecked.
+* Every name a ``config.json`` gives is resolved inside the folder (no absolute paths, no
+  ``..``, no symlink out of it) and must be a regular file under a size limit, so a model
+  someone sent you cannot read ``/etc/passwd`` or ``/dev/zero``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import stat
+from typing import Any
+
+from swe import storage
+
+__all__ = ["CONFIG", "FORMAT", "FORMAT_VERSION", "MAX_FILE_BYTES", "ModelFileError",
+           "ModelFolder", "confined", "invalidate", "write_folder"]
+
+FORMAT = "swe-static"
+FORMAT_VERSION = 2  # 2: config.json records each file's size and SHA-256; 1: no checksums
+CONFIG = "config.json"
+MAX_CONFIG_BYTES = 16 << 20
+# The largest file a model folder may hold; a bigger one (or /dev/zero) is refused before reading.
+MAX_FILE_BYTES = int(os.environ.get("SWE_MAX_MODEL_FILE_BYTES", 64 << 30))
+
+
+class ModelFileError(ValueError):
+    """A model folder that is incomplete, corrupt, or names files outside itself."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_folder(path: str, files: dict[str, bytes], config: dict[str, Any],
+                 config_name: str = CONFIG) -> None:
+    """Write ``files`` then ``config_name`` (with their sizes and checksums) under ``path``."""
+    target = storage.join(path, config_name)
+    invalidate(target)  # from here until the new config lands, the folder is incomplete
+    for name, data in files.items():
+        storage.write_bytes(storage.join(path, name), data)
+    config = {**config, "files": {n: {"bytes": len(d), "sha256": _sha256(d)}
+                                  for n, d in files.items()}}
+    storage.write_bytes(target, json.dumps(config, indent=2, ensure_ascii=False).encode("utf-8"))
+
+
+def invalidate(url: str) -> None:
+    """Remove a folder's completion file ``url`` (if any) before rewriting the folder."""
+    fs, path = storage.filesystem(url)
+    with storage.naming(url, "writing"):
+        if fs.exists(path):
+            fs.rm(path)
+
+
+def confined(folder: str, name: Any, what: str) -> str:
+    """``folder/name`` when ``name`` is a relative path that stays inside ``folder``; else a
+    :class:`ModelFileError` naming ``what`` (the config key) and the folder."""
+    bad = (not isinstance(name, str) or not name or "\\" in name or "\x00" in name
+           or "://" in name or posixpath.isabs(name) or os.path.isabs(name)
+           or ".." in name.split("/"))
+    if bad:
+        raise ModelFileError(f"{storage.join(folder, CONFIG)}: {what} = {name!r} must name a "
+                             "file inside the model folder (a relative path without '..')")
+    path = storage.join(folder, name)
+    if storage.is_local(folder):
+        root = os.path.realpath(folder)
+        if os.path.commonpath([root, os.path.realpath(path)]) != root:
+            raise ModelFileError(f"{path}: {what} is a link that leads outside the model folder "
+                                 f"{folder}; copy the file into the folder instead")
+    return path
+
+
+def _read_limited(path: str, limit: int) -> bytes:
+    """A regular file of at most ``limit`` bytes, else a :class:`ModelFileError` naming it."""
+    fs, p = storage.filesystem(path)
+    with storage.naming(path, "reading"):
+        if storage.is_local(path):
+            st = os.stat(p)
+            kind, size = ("file" if stat.S_ISREG(st.st_mode) else "other"), st.st_size
+        else:
+            info = fs.info(p)
+            kind, size = info.get("type"), int(info.get("size") or 0)
+        if kind != "file":
+            raise ModelFileError(f"{path} is not a regular file; a model folder holds only "
+                                 "regular files")
+        if size > limit:
+            raise ModelFileError(f"{path} is {size:,} bytes, over the {limit:,}-byte limit "
+                                 "(SWE_MAX_MODEL_FILE_BYTES raises it)")
+        with fs.open(p, "rb") as f:
+            data = f.read(size + 1)  # a file that grew since: caught by the limit or checksum
+    if len(data) > limit:
+        raise ModelFileError(f"{path} is over the {limit:,}-byte limit")
+    return data
+
+
+class ModelFolder:
+    """A saved model's folder: its checked ``config.json`` and checksummed, confined files."""
+
+    def __init__(self, path: str, fmt: str = FORMAT, version: int = FORMAT_VERSION,
+                 config_name: str = CONFIG) -> None:
+        self.path = path
+        self.config_path = storage.join(path, config_name)
+        try:
+            raw = _read_limited(self.config_path, MAX_CONFIG_BYTES)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no swe model at {path}: {config_name} is missing (was the "
+                                    "save interrupted? save the model again)") from None
+        try:
+            config = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ModelFileError(f"{self.config_path} is not valid UTF-8 JSON ({e}); save the "
+                                 "model again") from None
+        if not isinstance(config, dict) or config.get("format") != fmt:
+            raise ModelFileError(f"{path} is not a {'swe StaticModel' if fmt == FORMAT else fmt}"
+                                 f" ({config_name} format != {fmt})")
+        v = config.get("format_version", 1)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ModelFileError(f"{self.config_path}: format_version = {v!r} is not a "
+                                 "positive integer; the file is damaged: save the model again")
+        if v > version:
+            raise ModelFileError(f"{path} has format version {v}; this swe reads <= {version}: "
+                                 "upgrade swe")
+        self.config = config
+        self.files = config.get("files")
+        if v >= 2 and not isinstance(self.files, dict):
+            raise ModelFileError(f"{self.config_path}: 'files' (sizes and checksums) is missing;"
+                                 " save the model again")
+
+    def get(self, key: str, kinds: type | tuple[type, ...], default: Any = ...) -> Any:
+        """A ``config.json`` value of the expected type, else an error naming key and file."""
+        if key not in self.config:
+            if default is not ...:
+                return default
+            raise ModelFileError(f"{self.config_path} lacks the key {key!r}; the file is "
+                                 "incomplete or from another program: save the model again")
+        value = self.config[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in (
+                kinds if isinstance(kinds, tuple) else (kinds,))):
+            raise ModelFileError(f"{self.config_path}: {key} = {value!r} has the wrong type")
+        return value
+
+    def read(self, name: str, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+        """A file of the folder, confined, size-limited, and checked against its checksum."""
+        path = confined(self.path, name, what)
+        entry = None
+        if self.files is not None:
+            entry = self.files.get(name)
+            if not isinstance(entry, dict):
+                raise ModelFileError(f"{self.config_path} records no checksum for {name}; save "
+                                     "the model again")
+        data = _read_limited(path, limit)
+        if entry is not None and (len(data) != entry.get("bytes")
+                                  or _sha256(data) != entry.get("sha256")):
+            raise ModelFileError(
+                f"{path} does not match the size and checksum in {CONFIG} ({len(data):,} bytes "
+                f"read, {entry.get('bytes')!r} recorded): the save was interrupted or the file "
+                "was changed; save the model again")
+        return data
+
+    def read_text(self, name: str, what: str, limit: int = MAX_FILE_BYTES) -> str:
+        """A UTF-8 file of the folder; a non-UTF-8 one is an error naming it and the byte."""
+        data = self.read(name, what, limit)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ModelFileError(f"{storage.join(self.path, name)} is not UTF-8 (bad byte at "
+                                 f"offset {e.start}); re-save it as UTF-8 text") from None

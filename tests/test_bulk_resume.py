@@ -1,0 +1,89 @@
+"""A bulk job whose driver is SIGKILLed part-way resumes where it stopped: the rerun encodes only
+the missing parts, and the output has exactly one row per input row."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_bulk import small_glove
+
+from swe.bulk import read_manifest, read_output
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES, ROWS, PART = 4, 30_000, 6_000
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL the job's process group: its driver and its own local Ray."""
+    for _ in range(100):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+
+
+def _job(model: str, src: Path, out: Path, log: Path) -> subprocess.Popen:
+    """``pipelines/encode.py`` in its own session with its own local Ray."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    args = [sys.executable, "pipelines/encode.py", "--model", model, "--input", str(src),
+            "--output", str(out), "--part-rows", str(PART), "--max-actors", "2"]
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=log.open("w"), start_new_session=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir, tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("resume-in")
+    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.01.txt.xz", "rt") as f:
+        for k in range(FILES):
+            (src / f"part-{k}.txt").write_text("".join(next(f) for _ in range(ROWS)))
+    return src
+
+
+@pytest.mark.slow
+@pytest.mark.own_ray_cluster  # its jobs start their own Ray: run before the session's exists
+def test_killed_driver_resumes(glove, corpus, tmp_path):
+    model, out = str(tmp_path / "glove"), tmp_path / "out"
+    small_glove(glove).save(model)
+    t0 = time.perf_counter()
+    proc = _job(model, corpus, out, tmp_path / "run1.log")
+    try:
+        while len(list(out.glob("v-*/_receipts/*.json"))) < 6:
+            assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
+            assert time.perf_counter() - t0 < 240, "no part was written in 240 s"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        _kill_group(proc.pid)
+    killed_after = time.perf_counter() - t0
+    written = len(list(out.glob("v-*/_receipts/*.json")))
+    assert read_manifest(str(out)) is None and written < FILES * ROWS // PART
+
+    t1 = time.perf_counter()
+    proc = _job(model, corpus, out, tmp_path / "run2.log")
+    try:
+        stdout, _ = proc.communicate(timeout=300)
+    finally:
+        _kill_group(proc.pid)
+    resumed_in = time.perf_counter() - t1
+    assert proc.returncode == 0, (tmp_path / "run2.log").read_text()[-3000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["rows"] == FILES * ROWS and summary["resumed_parts"] >= written
+    assert "resuming run" in (tmp_path / "run2.log").read_text()
+    table = read_output(str(out)).to_table(columns=["file", "row"])
+    keys = set(zip(table.column("file").to_pylist(), table.column("row").to_pylist(), strict=True))
+    assert table.num_rows == len(keys) == FILES * ROWS  # no duplicates, none missing
+    assert keys == {(str(corpus / f"part-{k}.txt"), r) for k in range(FILES) for r in range(ROWS)}
+    assert sorted(p.name for p in out.iterdir()) == ["_manifest.json", f"v-{summary['run']}"]
+    print(f"killed after {killed_after:.1f}s with {written} of {summary['parts']} parts written; "
+          f"the rerun resumed {summary['resumed_parts']} and took {resumed_in:.1f}s")
