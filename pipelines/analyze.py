@@ -22,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+from swe.cli import HelpFormatter
 from swe.eval.analysis import analyze
 
 
@@ -32,11 +33,11 @@ def _pair(item: str) -> tuple[str, str]:
     return key, value
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The job's arguments (shared with `swe analyze`)."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", action="append", default=[], help="a swe model dir (repeatable)")
-    p.add_argument("--components", type=int, default=3)
+    p.add_argument("--components", type=int, default=3, help="principal components to show")
     p.add_argument("--words", type=int, default=10, help="words per end of each component")
     p.add_argument("--json", help="write norm/frequency and component words here")
     p.add_argument("--png", help="write the quality / speed plot here (needs --speed, --quality)")
@@ -48,6 +49,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--name", type=_pair, action="append", default=[],
                    help="SPEC=LABEL for the plot (repeatable)")
     p.add_argument("--ylabel", default="STS-B test Spearman × 100")
+    return p
+
+
+def _args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
+    p = parser(prog)
     args = p.parse_args(argv)
     if not args.model and not args.png:
         p.error("nothing to do: give --model and/or --png")
@@ -56,8 +62,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = _args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    args = _args(argv, prog)
     speed = json.loads(Path(args.speed).read_text(encoding="utf-8")) if args.png else None
     try:
         report, text = analyze(args.model, args.components, args.words, png=args.png,

@@ -17,11 +17,12 @@ import logging
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, validate the config, run the build; the exit status."""
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The job's arguments (shared with `swe build`)."""
     from swe.build.stages import STAGE_NAMES
+    from swe.cli import HelpFormatter
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter,
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter,
                                 epilog="every config key with its type, default, range and "
                                        "meaning: python -m swe.build")
     p.add_argument("--config", required=True, help="TOML config (pipelines/configs/*.toml)")
@@ -29,7 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set vocab.size=20000 (repeatable)")
     p.add_argument("--until", choices=STAGE_NAMES, help="stop after this stage")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Parse arguments, validate the config, run the build; the exit status."""
+    args = parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     from swe.build import ConfigError, build, load_config

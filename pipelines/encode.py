@@ -18,8 +18,11 @@ import sys
 from dataclasses import asdict
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The job's arguments (shared with `swe encode`)."""
+    from swe.cli import HelpFormatter
+
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, help="saved swe model (dir or s3:// prefix)")
     p.add_argument("--input", required=True, nargs="+", help="files, globs or directories")
     p.add_argument("--output", required=True, help="output dir or s3:// prefix")
@@ -31,18 +34,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "int8"],
                    help="int8: round(v * 127), scale 1/127 in the manifest")
     p.add_argument("--dim", type=int, help="keep the first DIM dimensions (re-normalised)")
-    p.add_argument("--format", default="auto", choices=["auto", "parquet", "jsonl", "text"])
+    p.add_argument("--format", default="auto", choices=["auto", "parquet", "jsonl", "text"],
+                   help="input format")
     p.add_argument("--part-rows", type=int, default=65536, help="rows per output part")
-    p.add_argument("--actors", type=int, default=1, help="encoder actors at least (default 1)")
+    p.add_argument("--actors", type=int, default=1, help="encoder actors at least")
     p.add_argument("--max-actors", type=int,
                    help="encoder actors at most (default: as many as the cluster has room for)")
-    p.add_argument("--cpus-per-actor", type=float, default=0.5)
+    p.add_argument("--cpus-per-actor", type=float, default=0.5, help="CPUs each actor reserves")
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the job; ``error: …`` and exit code 2 for a user's mistake."""
-    args = _parser().parse_args(argv)
+    args = parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     from swe.bulk import EncodeOptions, encode_files

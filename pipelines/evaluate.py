@@ -23,19 +23,22 @@ import logging
 import sys
 from pathlib import Path
 
+from swe.cli import HelpFormatter
 from swe.eval.data import data_root
 from swe.eval.report import EvaluationError, evaluate
 from swe.eval.tasks import UnknownTaskError
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", action="append", required=True, metavar="SPEC")
-    p.add_argument("--tasks", nargs="+", default=["stsb-dev", "stsb-test"])
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The job's arguments (shared with `swe evaluate`)."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--model", action="append", required=True, metavar="SPEC",
+                   help="an encoder (above); repeatable")
+    p.add_argument("--tasks", nargs="+", default=["stsb-dev", "stsb-test"], help="tasks (above)")
     p.add_argument("--data", type=Path, default=None,
                    help=f"the shared data dir (default: $SWE_DATA or {data_root()})")
     p.add_argument("--distractors", type=int, default=20_000,
-                   help="bucc-XXX: distractor sentences per side (default 20000)")
+                   help="bucc-XXX: distractor sentences per side")
     p.add_argument("--speed", type=int, default=0, metavar="N",
                    help="also measure sentences/s, memory and size on N STS-B train sentences, "
                         "each encoder in a fresh process")
@@ -43,11 +46,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    "the libraries' own defaults)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write the Markdown table here")
-    return p.parse_args(argv)
+    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
         report = evaluate(args.model, args.tasks, args.data, args.distractors, args.speed,

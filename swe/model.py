@@ -337,9 +337,14 @@ class StaticModel:
         write_folder(os.fspath(path), files, config)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> StaticModel:
+    def load(cls, path: str | os.PathLike, dim: int | None = None) -> StaticModel:
         """Load a model saved by :meth:`save` from a local dir or ``s3://`` prefix, checking
-        every file against the sizes and checksums in its ``config.json``."""
+        every file against the sizes and checksums in its ``config.json``.
+
+        ``dim=k`` keeps the first ``k`` dimensions: for a model after PCA (step 2 and 3) these
+        are the leading principal components (cost per ``k``: docs/export.md)."""
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+            raise ValueError(f"dim must be a positive int or None, got {dim!r}")
         folder = ModelFolder(os.fspath(path))
         try:
             tensors = st_load(folder.read("model.safetensors", "model.safetensors"))
@@ -363,8 +368,14 @@ class StaticModel:
             except Exception as e:  # tokenizers raises a bare Exception on bad JSON
                 raise ModelFileError(f"{folder.path}/{tok_name} is not a tokenizer.json "
                                      f"({e})") from None
+        vectors = tensors[_TENSOR]
+        if dim is not None and vectors.ndim == 2:
+            if dim > vectors.shape[1]:
+                raise ValueError(f"dim={dim} exceeds the {vectors.shape[1]} dimensions of the "
+                                 f"model at {folder.path}; use dim <= {vectors.shape[1]}")
+            vectors = vectors[:, :dim]
         try:
-            return cls(vocab, tensors[_TENSOR], tokenizer=tokenizer,
+            return cls(vocab, vectors, tokenizer=tokenizer,
                        lowercase=folder.get("lowercase", bool),
                        languages=folder.get("languages", list),
                        provenance=folder.get("provenance", (dict, type(None)), None))

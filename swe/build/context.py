@@ -54,9 +54,12 @@ class BuildContext:
             self.lease.check()
 
     def close(self) -> None:
-        """Give the output's lease back."""
-        if self.lease is not None:
-            self.lease.release()
+        """Write the model cards of the steps saved by tasks (step1, step2), give the lease back."""
+        try:
+            self.write_cards()
+        finally:
+            if self.lease is not None:
+                self.lease.release()
 
     def path(self, *parts: str) -> str:
         """A path under the build's output."""
@@ -83,4 +86,11 @@ class BuildContext:
         model.save(self.path(step))
         if publish:
             model.save(self.path("model"))
+        self.write_cards()
         return model
+
+    def write_cards(self) -> None:
+        """A README.md model card in every saved model directory (a failure only logs)."""
+        from swe.build.card import write_cards
+
+        write_cards(self.output, self.cfg, check=self.check_lease)

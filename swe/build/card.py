@@ -1,0 +1,148 @@
+"""Model cards: the ``README.md`` written into every built model directory.
+
+A card records what made the model (teacher, languages, V, d′, N, the corpus and its size, the
+build config and its hash), its files and size, licence notes, and how to load it in swe,
+model2vec and sentence-transformers. It is not listed in ``config.json``'s checksummed files, so
+:meth:`swe.StaticModel.load` ignores it and rewriting it never invalidates the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from swe import storage
+from swe.modelfiles import ModelFolder
+
+if TYPE_CHECKING:
+    from swe.build.config import BuildConfig
+
+__all__ = ["CARD", "config_hash", "corpus_facts", "render_card", "write_card", "write_cards"]
+
+log = logging.getLogger("swe.build")
+
+CARD = "README.md"
+STEPS = {"step1": "step 1: extraction (mean teacher token states over each word's sentences)",
+         "step2": "step 2: sentence-level PCA with all-but-the-top",
+         "step3": "step 3: refinement (distillation / contrastive / KD)",
+         "model": "the published model (the build's last step)"}
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """SHA-256 (first 16 hex digits) of the build config without its output path."""
+    blob = json.dumps({k: v for k, v in config.items() if k != "output"}, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def corpus_facts(config: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """Per language: (language, input files, bytes); ``-1`` where the inputs cannot be listed."""
+    out = []
+    for lang, section in (config.get("corpus") or {}).items():
+        try:
+            files = storage.expand_inputs(list(section.get("paths") or []))
+            size = 0
+            for f in files:
+                fs, path = storage.filesystem(f)
+                size += int(fs.size(path) or 0)
+            out.append((lang, len(files), size))
+        except (OSError, ValueError):
+            out.append((lang, -1, -1))
+    return out
+
+
+def _mb(n: int) -> str:
+    return "unknown" if n < 0 else f"{n / 1e6:,.1f} MB"
+
+
+def render_card(step: str, model: dict[str, Any], config: dict[str, Any],
+                corpus: list[tuple[str, int, int]]) -> str:
+    """The card's Markdown from the model's ``config.json``, the build config and corpus facts."""
+    prov = model.get("provenance") or {}
+    files = model.get("files") or {}
+    total = sum(int(f.get("bytes", 0)) for f in files.values())
+    sel, pca = config.get("selection", {}), config.get("pca", {})
+    corpus_lines = [f"- `{lang}`: {', '.join(f'`{p}`' for p in config['corpus'][lang]['paths'])}"
+                    f" — {n if n >= 0 else '?'} file(s), {_mb(size)}; "
+                    f"max_lines = {config['corpus'][lang].get('max_lines') or 'all'}"
+                    for lang, n, size in corpus] or ["- (none recorded)"]
+    file_lines = [f"| `{name}` | {int(f.get('bytes', 0)):,} |" for name, f in sorted(files.items())]
+    name = config.get("name", "swe")
+    v_cfg = config.get("vocab", {}).get("size")
+    return "\n".join([
+        f"# {name} — {step}", "",
+        f"A static word embedding model built by swe — {STEPS.get(step, step)}. "
+        "A sentence vector is the L2-normalised mean of its words' vectors; encoding needs "
+        "numpy, no torch.", "",
+        "| | |", "|---|---|",
+        f"| teacher | `{config.get('teacher', prov.get('teacher'))}` |",
+        f"| languages | {', '.join(model.get('languages') or [])} |",
+        f"| V (words) | {model.get('vocab_size'):,} (configured: {v_cfg}) |",
+        f"| d′ (dim) | {model.get('dim')} (PCA level {pca.get('level')}, ABTT {pca.get('abtt')}) |",
+        f"| N (sentences per word) | {sel.get('n')} of ≤ {sel.get('candidates')} candidates |",
+        f"| extraction mode | {config.get('extraction', {}).get('mode')} |",
+        f"| lowercase lookup | {model.get('lowercase')} |",
+        f"| build config hash | `{config_hash(config)}` |",
+        f"| size on disk | {_mb(total)} ({model.get('dtype', 'float32')}) |", "",
+        "## Corpus", "", *corpus_lines, "",
+        "## Files", "", "| file | bytes |", "|---|---|", *file_lines, "",
+        "## Speed and quality", "",
+        "Not measured by the build. Measure with `swe evaluate --model DIR --tasks stsb-dev "
+        "stsb-test --speed 10000 --threads 1` (docs/evaluation.md).", "",
+        "## Licence notes", "",
+        f"The vectors are derived from the teacher `{config.get('teacher')}` and the corpus "
+        "above: their licences and terms apply (e.g. all-MiniLM-L6-v2: Apache-2.0; Wikipedia "
+        "text: CC BY-SA). swe itself is Apache-2.0.", "",
+        "## Loading", "",
+        "```python", "import swe", "model = swe.StaticModel.load(\"DIR\")",
+        "vectors = model.encode([\"A man is playing a guitar.\"])", "```", "",
+        "model2vec and sentence-transformers (export first; docs/export.md lists what differs):",
+        "", "```bash", "swe export DIR --to model2vec DIR-m2v",
+        "swe export DIR --to sentence-transformers DIR-st", "```", "",
+        "```python", "from model2vec import StaticModel",
+        "m2v = StaticModel.from_pretrained(\"DIR-m2v\")",
+        "from sentence_transformers import SentenceTransformer",
+        "st = SentenceTransformer(\"DIR-st\")", "```", "",
+        "## Build config", "", "```json", json.dumps(config, indent=2, default=str), "```", ""])
+
+
+def write_card(model_dir: str, step: str, cfg: BuildConfig,
+               corpus: list[tuple[str, int, int]] | None = None) -> str:
+    """Write ``<model_dir>/README.md`` for a saved model of ``cfg``'s build; its URL.
+    ``corpus``: :func:`corpus_facts` when already computed."""
+    folder = ModelFolder(model_dir)
+    config = cfg.to_dict()
+    text = render_card(step, folder.config, config,
+                       corpus_facts(config) if corpus is None else corpus)
+    url = storage.join(model_dir, CARD)
+    head, sep, tail = text.partition("## Build config")
+    storage.write_bytes(url, (head.replace("DIR", model_dir) + sep + tail).encode("utf-8"))
+    return url
+
+
+def write_cards(output: str, cfg: BuildConfig, check: Callable[[], None] = lambda: None,
+                steps: tuple[str, ...] = tuple(STEPS)) -> list[str]:
+    """Cards for every saved model directory ``<output>/<step>``; a failure only logs.
+    ``check`` runs before each write (the build's lease check)."""
+    try:
+        corpus = corpus_facts(cfg.to_dict())
+    except Exception as e:  # a card must never fail a build (this runs in its `finally`)
+        log.warning("model cards: corpus not listed: %s", e)
+        corpus = [(lang, -1, -1) for lang in cfg.corpus]
+    written = []
+    for step in steps:
+        try:
+            check()
+        except OSError as e:  # the output is no longer ours: write nothing more
+            log.warning("model cards not written: %s", e)
+            break
+        try:
+            written.append(write_card(storage.join(output, step), step, cfg, corpus))
+        except FileNotFoundError:  # this step was not built (yet)
+            continue
+        except (OSError, ValueError) as e:
+            log.warning("model card for %s not written: %s", storage.join(output, step), e)
+    return written

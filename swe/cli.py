@@ -1,0 +1,146 @@
+"""The ``swe`` command: ``swe build|encode|evaluate|analyze|export|info``.
+
+``build``, ``encode``, ``evaluate`` and ``analyze`` are the ``pipelines/*.py`` jobs themselves
+(their parser and ``main``, loaded from the repository's ``pipelines/``), so the command and
+``ray job submit -- python pipelines/…`` take the same arguments. ``export`` and ``info`` live
+here. Nothing heavy is imported until a subcommand runs: no torch, no Ray at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["HelpFormatter", "info", "main"]
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+JOBS = {"build": "build a model from a config",
+        "encode": "bulk-encode files with a model (Ray Data)",
+        "evaluate": "evaluate encoders on STS, retrieval, mining, classification",
+        "analyze": "paper §5 analyses and the quality/speed plot"}
+LOCAL = {"export": "write a model as a model2vec or sentence-transformers folder",
+         "info": "print a model's dimension, vocabulary, languages, provenance, file sizes"}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the description's layout (its examples) and appends each option's real default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False, []) or "default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+def _job(name: str) -> ModuleType:
+    """The ``pipelines/<name>.py`` module (it exposes ``parser(prog)`` and ``main(argv, prog)``)."""
+    path = PIPELINES / f"{name}.py"
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found: `swe {name}` runs the repository's "
+                         f"pipelines/{name}.py; install swe editable from a checkout "
+                         f"(pip install -e .)")
+    spec = importlib.util.spec_from_file_location(f"swe_pipelines_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def info(path: str) -> dict:
+    """What ``swe info`` prints: dim, vocabulary, languages, provenance and file sizes."""
+    from swe import storage
+    from swe.modelfiles import CONFIG, ModelFolder
+
+    folder = ModelFolder(path)
+    files = dict(folder.get("files", dict, {}))
+    files[CONFIG] = {"bytes": len(storage.read_bytes(storage.join(path, CONFIG)))}
+    return {"path": path, "dim": folder.get("dim", int),
+            "vocab_size": folder.get("vocab_size", int),
+            "dtype": folder.get("dtype", str, "float32"),
+            "languages": folder.get("languages", list), "lowercase": folder.get("lowercase", bool),
+            "oov_tokenizer": folder.get("tokenizer", (str, type(None)), None),
+            "provenance": folder.get("provenance", (dict, type(None)), None) or {},
+            "files": {n: f["bytes"] for n, f in files.items()},
+            "total_bytes": sum(f["bytes"] for f in files.values())}
+
+
+def _info_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="swe info", formatter_class=HelpFormatter,
+                                description=LOCAL["info"] + "\n\nexample: swe info out/qs/model")
+    p.add_argument("model", help="a saved swe model (dir or s3:// prefix)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = p.parse_args(argv)
+    from swe.modelfiles import ModelFileError
+
+    try:
+        facts = info(args.model)
+    except (OSError, ModelFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
+        return 0
+    for key in ("path", "dim", "vocab_size", "dtype", "languages", "lowercase", "oov_tokenizer"):
+        print(f"{key:14} {facts[key]}")
+    print(f"{'provenance':14} {json.dumps(facts['provenance'], ensure_ascii=False)}")
+    for name, size in sorted(facts["files"].items()):
+        print(f"{'file':14} {name}: {size:,} bytes")
+    print(f"{'total':14} {facts['total_bytes']:,} bytes")
+    return 0
+
+
+def _export_main(argv: list[str]) -> int:
+    from swe.export import TARGETS
+
+    p = argparse.ArgumentParser(
+        prog="swe export", formatter_class=HelpFormatter,
+        description=LOCAL["export"] + " (docs/export.md)\n\nexample:\n"
+        "  swe export out/quickstart/model --to model2vec out/quickstart-m2v\n"
+        "  swe export out/quickstart/model --to sentence-transformers out/quickstart-st")
+    p.add_argument("model", help="a saved swe model (dir or s3:// prefix)")
+    p.add_argument("--to", required=True, choices=TARGETS, help="the target library's format")
+    p.add_argument("out", help="output directory (must be empty or absent)")
+    args = p.parse_args(argv)
+    from swe.export import ExportError, export
+
+    try:
+        written = export(args.model, args.to, args.out)
+    except (OSError, ValueError, ExportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.to} model to {written}")
+    return 0
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {n:9} {h}" for n, h in {**JOBS, **LOCAL}.items())
+    return argparse.ArgumentParser(
+        prog="swe", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"static word embeddings: build, encode, evaluate, export\n\n"
+                    f"commands:\n{lines}",
+        epilog="example: swe build --config pipelines/configs/quickstart.toml "
+               "--output out/quickstart\n`swe COMMAND --help` shows each command's options")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch ``swe COMMAND ARGS…``; the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        _top_parser().print_help()
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "info":
+        return _info_main(rest)
+    if command == "export":
+        return _export_main(rest)
+    if command not in JOBS:
+        _top_parser().error(f"unknown command {command!r}; choose from "
+                            f"{', '.join([*JOBS, *LOCAL])}")
+    status = _job(command).main(rest, prog=f"swe {command}")
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The `swe` command: dispatch to the pipelines/ jobs, `--help` with defaults, `swe info`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from swe.cli import main
+from swe.model import StaticModel
+
+
+def test_import_is_light():
+    code = ("import sys, swe.cli; bad = [m for m in ('torch', 'ray', 'transformers') "
+            "if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_help_lists_commands(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("build", "encode", "evaluate", "export", "info"):
+        assert command in out
+
+
+def test_job_help_is_the_pipelines_parser_with_defaults(capsys):
+    for command, default in (("encode", "(default: 65536)"), ("evaluate", "20000"),
+                             ("build", "--until")):
+        try:
+            main([command, "--help"])
+        except SystemExit as e:
+            assert e.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: swe {command}"), out[:80]
+        assert default in out
+        assert "python pipelines/" in out  # the example from the job's docstring
+
+
+def test_unknown_command_exits_2(capsys):
+    try:
+        main(["frobnicate"])
+    except SystemExit as e:
+        assert e.code == 2
+    assert "unknown command" in capsys.readouterr().err
+
+
+def test_info(tmp_path, capsys):
+    model = StaticModel.from_vectors(["a", "b", "c"], np.eye(3, 4, dtype=np.float32),
+                                     provenance={"teacher": "t", "step": "step1"})
+    model.save(tmp_path / "m")
+    assert main(["info", str(tmp_path / "m"), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["dim"] == 4 and facts["vocab_size"] == 3 and facts["languages"] == ["en"]
+    assert facts["provenance"]["teacher"] == "t"
+    assert set(facts["files"]) >= {"model.safetensors", "vocab.txt", "config.json"}
+    assert main(["info", str(tmp_path / "m")]) == 0
+    assert "vocab_size" in capsys.readouterr().out
+    assert main(["info", str(tmp_path / "missing")]) == 1
+    assert "missing" in capsys.readouterr().err
+
+
+def test_console_script_runs():
+    exe = [sys.executable, "-m", "swe.cli", "info", "--help"]
+    out = subprocess.run(exe, check=True, capture_output=True, text=True).stdout
+    assert "example: swe info" in out
+
+
+def test_build_dispatches_to_the_pipeline_job(tmp_path, capsys):
+    assert main(["build", "--config", str(tmp_path / "none.toml"),
+                 "--output", str(tmp_path / "out")]) == 2
+    assert "none.toml" in capsys.readouterr().err
