@@ -85,9 +85,14 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
     return ("vocab",)
 
 
+LAYOUT = 2  # the files under work/selection/ (2: partitioned exchange, pairs/p<P>.npz)
+
+
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
-    """N and C (the partitioning does not change the result)."""
-    return ({"n": cfg.selection.n, "candidates": cfg.selection.candidates},)
+    """N and C (the partitioning does not change the result), and the layout of the stage's
+    files: a build directory written by an older layout reruns selection onward instead of
+    reading files that are not there."""
+    return {"n": cfg.selection.n, "candidates": cfg.selection.candidates}, {"layout": LAYOUT}
 
 
 def partitions(cfg: BuildConfig, vocab_size: int) -> int:
