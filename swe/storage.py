@@ -17,10 +17,11 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["access_hint", "check_writable", "expand_inputs", "filesystem", "find", "fingerprint",
-           "input_format", "is_local", "iter_lines", "join", "load_npz", "load_tokenizer", "naming",
-           "open_input", "pyarrow_filesystem", "read_bytes", "read_parquet", "read_text",
-           "save_npz", "write_bytes", "write_bytes_atomic", "write_parquet"]
+__all__ = ["absolute", "access_hint", "check_writable", "expand_inputs", "filesystem", "find",
+           "fingerprint", "input_format", "is_local", "iter_lines", "join", "load_npz",
+           "load_tokenizer", "naming", "open_input", "pyarrow_filesystem", "read_bytes",
+           "read_parquet", "read_text", "remove_tree", "save_npz", "write_bytes",
+           "write_bytes_atomic", "write_parquet"]
 
 _COMPRESSION = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bz2"}
 _FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
@@ -41,6 +42,18 @@ def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
 def is_local(url: str) -> bool:
     """True for plain paths and ``file://`` URLs."""
     return "://" not in os.fspath(url) or os.fspath(url).startswith("file://")
+
+
+def absolute(url: str) -> str:
+    """A plain local path made absolute (workers may run in another directory); URLs as given."""
+    return os.path.abspath(url) if "://" not in os.fspath(url) else url
+
+
+def remove_tree(url: str) -> None:
+    """Remove a file or directory tree if it exists (local or object store)."""
+    fs, path = filesystem(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
 
 
 def join(url: str, *parts: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,10 +15,6 @@ if TYPE_CHECKING:
     from swe.build.config import BuildConfig
 
 __all__ = ["BuildContext"]
-
-
-def _absolute(url: str) -> str:
-    return os.path.abspath(url) if storage.is_local(url) else url
 
 
 @dataclass(frozen=True)
@@ -38,12 +33,12 @@ class BuildContext:
         output's lease (a second build into it stops here, naming the holder), start Ray."""
         from swe.raysetup import init_ray
 
-        out = _absolute(cfg.output.rstrip("/"))
+        out = storage.absolute(cfg.output.rstrip("/"))
         storage.check_writable(storage.join(out, "work"))
         lease = Lease(out, purpose=f"build {cfg.name}").acquire()
         try:
             init_ray()
-            return cls(cfg, out, _absolute(cfg.teacher_dir()), lease)
+            return cls(cfg, out, storage.absolute(cfg.teacher_dir()), lease)
         except BaseException:
             lease.release()
             raise

@@ -105,6 +105,4 @@ class StageDir:
         if marker is None or marker.get("config_hash") == self.config_hash:
             return
         log.info("[%s] config changed since the last run: recomputing", self.name)
-        fs, path = storage.filesystem(self.dir)
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+        storage.remove_tree(self.dir)

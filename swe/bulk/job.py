@@ -21,7 +21,6 @@ import base64
 import hashlib
 import json
 import logging
-import os
 import re
 import sys
 import time
@@ -73,10 +72,6 @@ class EncodeSummary:
     dtype: str
     seconds: float
     rows_per_s: float
-
-
-def _absolute(url: str) -> str:
-    return os.path.abspath(url) if storage.is_local(url) and "://" not in url else url
 
 
 def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: int | None) -> None:
@@ -232,8 +227,8 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     from swe.raysetup import get, init_ray
 
     opts = options or EncodeOptions()
-    model, output = _absolute(model), _absolute(output.rstrip("/"))
-    inputs = [_absolute(p) for p in inputs]  # workers may run in another directory
+    model, output = storage.absolute(model), storage.absolute(output.rstrip("/"))
+    inputs = [storage.absolute(p) for p in inputs]  # workers may run in another directory
     files = expand_inputs(inputs)
     _validate(opts, files, actors, max_actors)
     dim = StaticModel.load(model).dim  # fail fast on a bad model path

@@ -193,7 +193,7 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
     for w, (expected, make) in enumerate(waves):
         if st.shard_done(f"wave-{w:05d}"):
             continue
-        _remove(st.path("sums", f"wave{w:05d}"))  # a killed attempt's files
+        storage.remove_tree(st.path("sums", f"wave{w:05d}"))  # a killed attempt's files
         log.info("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),
                  len(expected), sum(expected.values()))
         ds = make().map_batches(
@@ -218,12 +218,6 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
         return {}
     return {"actors": n_actors, "sentences": done_sentences,
             "sentences_per_s": round(done_sentences / max(secs, 1e-9), 1)}
-
-
-def _remove(url: str) -> None:
-    fs, path = storage.filesystem(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
 
 
 def reduce_sums(stage_dir: str, part: int, parts: int, total: int, waves: int) -> dict:
