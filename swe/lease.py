@@ -6,8 +6,9 @@ output stops at once with :class:`LeaseHeldError` naming the holder. A lease is 
 a warning, when it is *stale*: no heartbeat for ``timeout_s`` seconds, or its holder ran on this
 host and that process is gone (a killed run is resumed at once, without waiting the timeout).
 
-On a local folder, contenders judge and replace the lease one at a time under an ``flock`` on
-``_LEASE.lock`` (and create it exclusively), so two runs never both hold it. Object stores
+On a local folder, contenders judge and replace the lease one at a time under an ``flock`` on a
+lock file kept outside the output (in the temp folder, named by the output's real path), and
+create the lease exclusively, so two runs never both hold it. Object stores
 have neither: there the lease is written, then read back after ``settle_s``; the later writer of
 two simultaneous contenders wins and the other stops (best effort, documented in
 docs/reliability.md). Torch-free: the build and the bulk encoder both use it.
@@ -18,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import getpass
+import hashlib
 import json
 import logging
 import os
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -141,12 +144,13 @@ class Lease:
     @contextlib.contextmanager
     def _local_lock(self) -> Iterator[None]:
         """On a local folder, contenders judge and replace the lease one at a time (``flock``
-        on ``_LEASE.lock``); on an object store, a no-op."""
+        on a lock file outside the output, so the output holds only the lease); on an object
+        store, a no-op."""
         if not storage.is_local(self.url):
             yield
             return
         os.makedirs(os.path.dirname(self.url), exist_ok=True)
-        fd = os.open(self.url + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(_lock_path(self.url), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -271,6 +275,14 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _lock_path(url: str) -> str:
+    """The local lock file of the lease at ``url``: in the temp folder, named by its real path."""
+    real = os.path.realpath(url.removeprefix("file://"))
+    folder = os.path.join(tempfile.gettempdir(), f"swe-lease-locks-{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, hashlib.sha256(real.encode()).hexdigest()[:24] + ".lock")
 
 
 def _user() -> str:

@@ -5,6 +5,7 @@ import json
 import logging
 import lzma
 import os
+import socket
 
 import numpy as np
 import pyarrow as pa
@@ -183,3 +184,30 @@ def test_empty_file_gives_empty_output(tmp_path, model_path):
     assert summary.rows == 0 and summary.parts == 0
     table = read_output(str(tmp_path / "out")).to_table()
     assert table.num_rows == 0 and table.schema.names == ["file", "row", "embedding"]
+
+
+def test_a_second_encode_into_a_held_output_stops_naming_the_holder(tmp_path, sentences,
+                                                                     model_path, capsys):
+    """Issue 18: an encode takes the output's lease; a second one into the same output stops at
+    once (exit 2, one line naming the holder) and the first's output is untouched; the lease is
+    given back when the encode ends, and a killed encode's lease never blocks a resume."""
+    from swe.lease import LEASE_FILE, Lease
+
+    out = tmp_path / "out"
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(sentences[:200]) + "\n")
+    encode_files(model_path, [str(src)], str(out))
+    assert not (out / LEASE_FILE).exists() and not list(out.glob("*.lock"))
+    before = (out / "_manifest.json").read_bytes()
+    with Lease(str(out), purpose="encode elsewhere"):
+        code = run_cli(["--model", model_path, "--input", str(src), "--output", str(out),
+                        "--dim", "8"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith(f"error: {out} is in use by"), err[-3:]
+    assert "(encode elsewhere" in err[-1] and not any("Traceback" in ln for ln in err)
+    assert (out / "_manifest.json").read_bytes() == before
+    # A lease left by a process that is gone (a killed encode) is taken over at once.
+    (out / LEASE_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 7,
+                                              "heartbeat": 1e12, "token": "dead"}))
+    summary = encode_files(model_path, [str(src)], str(out), options=EncodeOptions(dim=8))
+    assert summary.rows == 200 and summary.dim == 8 and not (out / LEASE_FILE).exists()

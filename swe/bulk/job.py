@@ -33,6 +33,7 @@ from swe import storage
 from swe.bulk import layout
 from swe.bulk.encoder import DTYPES, Encoder
 from swe.bulk.read import plan, read_task
+from swe.lease import Lease
 from swe.storage import expand_inputs, input_format
 
 __all__ = ["EncodeOptions", "EncodeSummary", "encode_files"]
@@ -224,7 +225,6 @@ def encode_files(model: str, inputs: list[str], output: str, *,
                  overwrite: bool = False) -> EncodeSummary:
     """Encode every row of ``inputs`` with the model at ``model`` into Parquet at ``output``."""
     from swe.model import StaticModel
-    from swe.raysetup import get, init_ray
 
     opts = options or EncodeOptions()
     model, output = storage.absolute(model), storage.absolute(output.rstrip("/"))
@@ -233,6 +233,17 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     _validate(opts, files, actors, max_actors)
     dim = StaticModel.load(model).dim  # fail fast on a bad model path
     layout.check_target(output, model, inputs, files, overwrite)
+    with Lease(output, purpose=f"encode with {model}") as lease:  # one writer per output
+        return _run(model, files, output, opts, (actors, max_actors, cpus_per_actor),
+                    overwrite, lease, dim)
+
+
+def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
+         pool: tuple[int, int | None, float], overwrite: bool, lease: Lease,
+         dim: int) -> EncodeSummary:
+    """Resume or start the run, encode, verify and publish (under the output's lease)."""
+    from swe.raysetup import get, init_ray
+
     run, spec = _spec(model, files, opts)
     init_ray()
     start = time.perf_counter()
@@ -242,8 +253,7 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     try:
         tasks, counts = plan(files, opts.fmt, cols, opts.part_rows)
         tasks = [t for t in tasks if not _group_done(t, done)]
-        new = _encode(model, output, run, opts, tasks, done, counts,
-                      (actors, max_actors, cpus_per_actor))
+        new = _encode(model, output, run, opts, tasks, done, counts, pool)
         counts = get(counts)
     except Exception as e:
         raise _user_error(e) from None
@@ -266,6 +276,7 @@ def encode_files(model: str, inputs: list[str], output: str, *,
                                          for f, n in zip(files, counts, strict=True)],
                 "parts": parts, "scale": 1 / 127 if opts.dtype == "int8" else 1.0,
                 "schema": _schema(output, parts, opts, dim), "summary": asdict(summary)}
+    lease.check()  # taken over while encoding: the other run owns the output now
     layout.publish(output, run, manifest, overwrite)
     print(f"encoded {total} rows ({summary.null_texts} null, {summary.empty_texts} empty, "
           f"{summary.invalid_utf8_rows} with invalid UTF-8) in {seconds:.1f}s = "

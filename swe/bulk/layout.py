@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from swe import storage
+from swe.lease import LEASE_FILE
 
 __all__ = ["FORMAT", "MANIFEST", "check_target", "find_receipts", "output_parts", "publish",
            "read_manifest", "read_output", "run_dir"]
@@ -79,8 +80,8 @@ def _ours(output: str, entries: list[tuple[str, str]]) -> bool:
         return True
     fs, path = storage.filesystem(output)
     for name, kind in entries:
-        if name.startswith(MANIFEST + ".tmp-"):  # a manifest write cut short
-            continue
+        if name.startswith(MANIFEST + ".tmp-") or name.startswith(LEASE_FILE):
+            continue  # a manifest write cut short; the lease (ours, or a killed encode's)
         if kind != "directory" or not name.startswith(RUN_PREFIX):
             return False
         if not fs.exists(f"{path}/{name}/_run.json"):
@@ -144,7 +145,8 @@ def publish(output: str, run: str, manifest: dict, overwrite: bool = False) -> N
     fs, path = storage.filesystem(output)
     for name, _ in _entries(output) or []:
         ours = name.startswith((RUN_PREFIX, MANIFEST + ".tmp-"))
-        if name in (MANIFEST, RUN_PREFIX + run) or not (ours or overwrite):
+        if name in (MANIFEST, RUN_PREFIX + run) or name.startswith(LEASE_FILE) or not (
+                ours or overwrite):
             continue
         try:
             fs.rm(f"{path}/{name}", recursive=True)
