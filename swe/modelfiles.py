@@ -8,7 +8,8 @@ The scheme (the same on a local dir and an ``s3://`` prefix, where a rename is n
 * :func:`ModelFolder` reads ``config.json``, refuses unknown formats and versions, and checks
   every file against its recorded size and SHA-256 before parsing it: a half-written or mixed
   folder fails loudly, naming the file. Folders saved before checksums existed (format version
-  1, no ``"files"``) still load, unchecked.
+  1, no ``"files"``) still load, unchecked. Version 3 (int8 matrices) is written only for int8
+  models, so float32/float16 folders stay readable by a swe that knows version 2.
 * Every name a ``config.json`` gives is resolved inside the folder (no absolute paths, no
   ``..``, no symlink out of it) and must be a regular file under a size limit, so a model
   someone sent you cannot read ``/etc/passwd`` or ``/dev/zero``.
@@ -25,11 +26,17 @@ from typing import Any
 
 from swe import storage
 
-__all__ = ["CONFIG", "FORMAT", "FORMAT_VERSION", "MAX_FILE_BYTES", "ModelFileError",
-           "ModelFolder", "confined", "invalidate", "write_folder"]
+__all__ = ["CONFIG", "FLOAT_FORMAT_VERSION", "FORMAT", "FORMAT_VERSION", "INT8_FORMAT_VERSION",
+           "MAX_FILE_BYTES", "ModelFileError", "ModelFolder", "confined", "invalidate",
+           "write_folder"]
 
 FORMAT = "swe-static"
-FORMAT_VERSION = 2  # 2: config.json records each file's size and SHA-256; 1: no checksums
+# 3: the matrix may be int8 with scales (only int8 models are written as 3, so an older swe
+# refuses them with "upgrade swe"); 2: config.json records each file's size and SHA-256;
+# 1: no checksums. FORMAT_VERSION is the newest this swe reads.
+FORMAT_VERSION = 3
+FLOAT_FORMAT_VERSION = 2  # written for float32 and float16 models
+INT8_FORMAT_VERSION = 3  # written for int8 models
 CONFIG = "config.json"
 MAX_CONFIG_BYTES = 16 << 20
 # The largest file a model folder may hold; a bigger one (or /dev/zero) is refused before reading.

@@ -159,12 +159,13 @@ def test_missing_tokenizer_is_a_clear_error(tmp_path):
         _model(["a"], tokenizer=tmp_path)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
 def test_save_load_round_trip(model, tmp_path, dtype):
     model.save(tmp_path / "m", dtype=dtype)
     loaded = StaticModel.load(tmp_path / "m")
     assert loaded.words == model.words and loaded.languages == model.languages
-    tol = 1e-6 if dtype == "float32" else 2e-3
+    assert loaded.vectors.dtype == np.float32  # every dtype is float32 once loaded
+    tol = {"float32": 1e-6, "float16": 2e-3, "int8": np.abs(model.vectors).max() / 254}[dtype]
     np.testing.assert_allclose(loaded.vectors, model.vectors, rtol=tol, atol=tol)
     texts = ["The cat sat on the mat.", "hyperparameterization 北京", ""]
     np.testing.assert_allclose(loaded.encode(texts), model.encode(texts), atol=tol * 4)

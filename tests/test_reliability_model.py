@@ -4,6 +4,7 @@ works; never a silently wrong model. Property-based where the inputs are open-en
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,12 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 import swe.model
 from swe import StaticModel, storage
 from swe.ensemble import EnsembleModel
-from swe.modelfiles import ModelFileError
+from swe.modelfiles import FORMAT_VERSION, ModelFileError
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "far"]
 HYPO = settings(max_examples=25, deadline=None,
@@ -176,7 +178,7 @@ def test_special_and_oversized_files_are_refused(tmp_path, monkeypatch, minilm):
     (lambda f: (f / "config.json").write_text('{"format": "swe-static"'), "not valid UTF-8 JSON"),
     (lambda f: (f / "config.json").write_text("[1, 2]"), "is not a swe StaticModel"),
     (lambda f: (f / "config.json").write_text('{"format": "swe-static", "format_version": 99}'),
-     "has format version 99; this swe reads <= 2: upgrade swe"),
+     f"has format version 99; this swe reads <= {FORMAT_VERSION}: upgrade swe"),
     (lambda f: (f / "config.json").write_text('{"format": "swe-static", "format_version": "2"}'),
      "format_version = '2' is not a positive integer"),
     (lambda f: (f / "config.json").write_text('{"format": "swe-static", "format_version": 1}'),
@@ -200,7 +202,8 @@ def test_damaged_v1_files_fail_in_one_line_naming_the_file(tmp_path, damage, nee
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5)
 JSONISH = st.recursive(SCALARS, lambda c: st.lists(c, max_size=3)
                        | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=6)
-KEYS = ["format", "format_version", "lowercase", "languages", "tokenizer", "provenance", "files"]
+KEYS = ["format", "format_version", "lowercase", "languages", "tokenizer", "provenance", "files",
+        "dtype", "scale"]
 
 
 @HYPO
@@ -215,6 +218,49 @@ def test_any_config_json_loads_or_fails_with_a_model_error(tmp_path_factory, ove
         StaticModel.load(folder)
     except (ModelFileError, FileNotFoundError) as e:
         assert "\n" not in str(e)
+
+
+@HYPO
+@given(dtype=st.sampled_from(["int8", "float16", "float32"]),
+       scale=st.sampled_from(["row", "global"]),
+       overrides=st.dictionaries(st.sampled_from(["dtype", "scale", "format_version"]), JSONISH,
+                                 max_size=2))
+def test_any_dtype_and_scale_in_config_loads_or_fails_in_one_line(tmp_path_factory, dtype, scale,
+                                                                   overrides):
+    folder = tmp_path_factory.mktemp("dtype")
+    _model().save(folder, dtype=dtype, scale=scale)
+    conf = json.loads((folder / "config.json").read_text())
+    conf.update(overrides)
+    (folder / "config.json").write_text(json.dumps(conf))
+    try:
+        loaded = StaticModel.load(folder)
+    except ModelFileError as e:
+        assert str(folder) in str(e) and "\n" not in str(e)
+    else:
+        assert loaded.vectors.dtype == np.float32 and np.isfinite(loaded.vectors).all()
+
+
+@HYPO
+@given(scales=st.lists(st.floats(width=32), max_size=10), scale=st.sampled_from(["row", "global"]))
+def test_any_scales_tensor_loads_or_fails_in_one_line(tmp_path_factory, scales, scale):
+    """An int8 folder whose scales were replaced (checksums re-recorded, as another writer
+    would): a finite model or one error naming the file."""
+    folder = tmp_path_factory.mktemp("scales")
+    _model().save(folder, dtype="int8", scale=scale)
+    tensors = st_load((folder / "model.safetensors").read_bytes())
+    tensors["scales"] = np.asarray(scales, dtype=np.float32)
+    data = st_save(tensors)
+    (folder / "model.safetensors").write_bytes(data)
+    conf = json.loads((folder / "config.json").read_text())
+    conf["files"]["model.safetensors"] = {"bytes": len(data),
+                                          "sha256": hashlib.sha256(data).hexdigest()}
+    (folder / "config.json").write_text(json.dumps(conf))
+    try:
+        loaded = StaticModel.load(folder)
+    except ModelFileError as e:
+        assert str(folder) in str(e) and "\n" not in str(e)
+    else:
+        assert np.isfinite(loaded.vectors).all() and len(scales) == (8 if scale == "row" else 1)
 
 
 @HYPO
