@@ -19,10 +19,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("name", choices=sorted(EXPORTS))
     p.add_argument("output", help="model dir or s3:// prefix")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "int8"])
+    p.add_argument("--scale", default="row", choices=["row", "global"], help="int8 scales")
     args = p.parse_args()
     model = EXPORTS[args.name]()
-    model.save(args.output, dtype=args.dtype)
+    model.save(args.output, dtype=args.dtype, scale=args.scale)
     print(f"saved {model} to {args.output}")
 
 
