@@ -7,6 +7,10 @@
 Stages: corpus → sentences → vocab → selection → extraction → pca → train_data → refine
 (one module each in swe/build/stages/). A rerun with the same output resumes: finished stages
 and shards are skipped. --until STAGE stops early. The config is validated before any work.
+
+The log has a start and an end line per stage (counts, seconds, throughput) and progress with an
+ETA; each stage's whole result is in <output>/work/<stage>/_DONE.json. -v shows Ray's and Ray
+Data's own output, one line per pass of tasks and every result (also printed as JSON at the end).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 
 
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -30,14 +35,17 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set vocab.size=20000 (repeatable)")
     p.add_argument("--until", choices=STAGE_NAMES, help="stop after this stage")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also Ray and Ray Data progress and logs, per-pass task lines, results")
     return p
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Parse arguments, validate the config, run the build; the exit status."""
     args = parser(prog).parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from swe.raysetup import configure_console
 
+    configure_console(verbose=args.verbose)
     from swe.build import ConfigError, build, load_config
 
     try:
@@ -45,15 +53,31 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    start = time.perf_counter()
     try:
         results = build(cfg, until=args.until)
     except (OSError, ValueError) as e:  # storage errors and bad input name their path
         # A Ray task's error without the remote traceback (its ``cause``).
         print(f"error: {getattr(e, 'cause', None) or e}", file=sys.stderr)
         return 1
-    print(json.dumps({name: {k: v for k, v in r.to_json().items() if k != "shards"}
-                      for name, r in results.items()}, indent=2))
+    if args.verbose:
+        print(json.dumps({name: {k: v for k, v in r.to_json().items() if k != "shards"}
+                          for name, r in results.items()}, indent=2))
+    _finished(cfg.output, time.perf_counter() - start, whole=args.until is None)
     return 0
+
+
+def _finished(output: str, seconds: float, whole: bool) -> None:
+    """The last line: how long the build took and where the model is (``whole``: the build
+    ran to its last stage)."""
+    from swe import storage
+    from swe.build.tasks import duration
+
+    model = storage.join(storage.absolute(output.rstrip("/")), "model")
+    fs, path = storage.filesystem(model)
+    where = f"the model is in {model}" if whole and fs.exists(path) else f"output in {output}"
+    logging.getLogger("swe.build").info("build finished in %s: %s (stage results: "
+                                        "work/<stage>/_DONE.json)", duration(seconds), where)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from dataclasses import asdict
 
@@ -41,14 +40,17 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--max-actors", type=int,
                    help="encoder actors at most (default: as many as the cluster has room for)")
     p.add_argument("--cpus-per-actor", type=float, default=0.5, help="CPUs each actor reserves")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also Ray's and Ray Data's own progress output and logs")
     return p
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the job; ``error: …`` and exit code 2 for a user's mistake."""
     args = parser(prog).parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from swe.raysetup import configure_console
 
+    configure_console(verbose=args.verbose)
     from swe.bulk import EncodeOptions, encode_files
 
     opts = EncodeOptions(text_column=args.text_column, id_column=args.id_column,

@@ -1,27 +1,227 @@
-"""Connecting to Ray and handing object storage to Ray Data."""
+"""Connecting to Ray, handing object storage to Ray Data, and the driver's console.
+
+The console (:func:`configure_console`, called by the jobs in ``pipelines/``) is quiet by
+default: swe's own lines (a start and an end line per stage, progress with an ETA, warnings), no
+Ray INFO logs, no Ray Data progress output or execution plans (they stay in the Ray session's
+``logs/ray-data*.log``), and not the one core-worker line that every Ray Data actor pool prints
+(see :data:`HARMLESS`). ``verbose=True`` (``-v``) shows all of it again, with per-pass task
+lines and each stage's whole result.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import logging
 import os
+import select
+import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["get", "init_ray"]
+__all__ = ["AUTH_LOGGER", "HARMLESS", "clear_status", "configure_console", "console", "get",
+           "init_ray", "show_status"]
+
+log = logging.getLogger("swe")
+
+_CONSOLE: dict[str, Any] = {"verbose": False, "tty": False, "status": False}
+
+# Lines Ray's C++ core worker writes to the driver's stderr that say nothing about this program:
+# every Ray Data actor pool (`ActorPoolStrategy`) passes its own DataContext and UDF to each
+# actor as object-store references and asks for actor restarts (`max_restarts=-1`), and Ray 2.60
+# logs this error for each such actor (ray-project/ray#57733). The references are put by the
+# driver and held by the pool for its whole life, so a restarted actor finds them (only losing
+# the driver's node loses them, and that ends the job anyway). The line stays in the session's
+# python-core-driver log and is shown with -v.
+HARMLESS = (b"has constructor arguments in the object store and max_restarts > 0",)
+
+
+def console() -> dict[str, Any]:
+    """The console settings: ``verbose`` and ``tty`` (stderr is a terminal)."""
+    return _CONSOLE
+
+
+def configure_console(verbose: bool = False) -> None:
+    """Set up a job's console: ``HH:MM:SS message`` lines on stderr, swe at INFO (DEBUG when
+    ``verbose``), Ray and Ray Data quiet unless ``verbose``; see the module's docstring."""
+    _CONSOLE.update(verbose=verbose, tty=sys.stderr.isatty())
+    handler = _ConsoleHandler()
+    handler.setFormatter(_ConsoleFormatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    logging.getLogger("swe").setLevel(logging.DEBUG if verbose else logging.INFO)
+    if not verbose:
+        _filter_stderr(HARMLESS)
+    if "ray.data" in sys.modules:  # Ray already up (a test calling a job's main())
+        _quiet_ray_data()
+
+
+class _ConsoleFormatter(logging.Formatter):
+    """``warning: …`` / ``error: …`` before a message of that level; nothing before INFO."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The record's line."""
+        line = super().formatMessage(record)
+        if record.levelno >= logging.WARNING:
+            stamp, _, rest = line.partition(" ")
+            line = f"{stamp} {record.levelname.lower()}: {rest}"
+        return line
+
+
+class _ConsoleHandler(logging.StreamHandler):
+    """stderr, clearing the status line (:func:`show_status`) before each record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record below (not across) a progress line."""
+        clear_status()
+        super().emit(record)
+
+
+def show_status(text: str) -> None:
+    """Show ``text`` as the one line that updates in place at the bottom of a terminal."""
+    sys.stderr.write(f"\r\x1b[K{text}")
+    sys.stderr.flush()
+    _CONSOLE["status"] = True
+
+
+def clear_status() -> None:
+    """Remove the status line, if one is shown."""
+    if _CONSOLE["status"]:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+        _CONSOLE["status"] = False
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data without progress output or INFO lines on the console unless verbose (its
+    ``logs/ray-data.log`` keeps everything)."""
+    if _CONSOLE["verbose"]:
+        return
+    import ray.data
+    from ray.util.debug import log_once
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    log_once("ray_data_progress_manager_disabled")  # its "Progress bars disabled" hint: said
+    for handler in logging.getLogger("ray.data").handlers:
+        if handler.name == "console":
+            handler.setLevel(logging.WARNING)
+
+
+def _filter_stderr(drop: tuple[bytes, ...]) -> None:
+    """Leave out of this process's stderr (fd 2, where Ray's C++ core writes too) the lines
+    containing one of ``drop``; everything else passes unchanged. Not under a test runner or
+    anything else that has replaced ``sys.stderr``; once per process."""
+    if _CONSOLE.get("filtered") or sys.stderr is not sys.__stderr__:
+        return
+    _CONSOLE["filtered"] = True
+    sys.stderr.flush()
+    keep = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=_pump, args=(read_end, keep, drop), daemon=True,
+                     name="swe-stderr").start()
+
+    def restore() -> None:  # at exit: the real stderr again, after what is still in the pipe
+        sys.stderr.flush()
+        os.dup2(keep, 2)
+        _drain(read_end, keep, drop)
+
+    atexit.register(restore)
+
+
+def _pump(read_end: int, out: int, drop: tuple[bytes, ...]) -> None:
+    """Copy ``read_end`` to ``out`` line by line without the dropped lines; a partial line
+    (a progress line ending in ``\\r``) goes out after 50 ms without more input."""
+    pending = b""
+    try:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], 0.05 if pending else None)
+            if not ready:
+                os.write(out, pending)
+                pending = b""
+                continue
+            data = os.read(read_end, 1 << 16)
+            if not data:
+                break
+            pending = _write_lines(pending + data, out, drop)
+    except (OSError, ValueError):  # the real stderr is gone: nothing left to write to
+        return
+
+
+def _drain(read_end: int, out: int, drop: tuple[bytes, ...]) -> None:
+    """Write what the pipe still holds (at exit; the pump thread may be stopped any time)."""
+    rest = b""
+    try:
+        while select.select([read_end], [], [], 0.1)[0]:
+            data = os.read(read_end, 1 << 16)
+            if not data:
+                break
+            rest = _write_lines(rest + data, out, drop)
+        os.write(out, rest)
+    except OSError:
+        pass
+
+
+def _write_lines(data: bytes, out: int, drop: tuple[bytes, ...]) -> bytes:
+    """Write the complete lines of ``data`` not containing ``drop``; the incomplete rest."""
+    *lines, rest = data.split(b"\n")
+    kept = [line for line in lines if not any(d in line for d in drop)]
+    if kept:
+        os.write(out, b"\n".join(kept) + b"\n")
+    return rest
 
 
 def init_ray(**kwargs) -> None:
     """Join the cluster in ``RAY_ADDRESS`` (as under ``ray job submit``) or start a local one.
 
-    Idempotent. Locally the dashboard and usage stats stay off, and worker logs stay out of the
-    driver's output unless ``SWE_RAY_LOGS=1``.
+    Idempotent. Locally the dashboard and usage stats stay off, worker logs stay out of the
+    driver's output unless ``SWE_RAY_LOGS=1``, and Ray's token authentication is on as Ray sets
+    it for every new local cluster, without Ray's warning saying so (see :data:`AUTH_LOGGER`).
+    Logs one line naming the cluster's resources.
     """
     import ray
 
     if ray.is_initialized():
+        _quiet_ray_data()
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if os.environ.get("RAY_ADDRESS"):
+    if not _CONSOLE["verbose"]:
+        kwargs.setdefault("logging_level", logging.WARNING)  # not "Started a local Ray ..."
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
         ray.init(**kwargs)
-        return
+    else:
+        _local_defaults(kwargs)
+        with _silenced(AUTH_LOGGER):
+            ray.init(**kwargs)
+    _quiet_ray_data()
+    _log_cluster(address)
+
+
+# Ray 2.60 turns token authentication on for a new local cluster when RAY_AUTH_MODE is unset and
+# warns each time ("Token authentication is enabled for this Ray cluster. Set
+# RAY_AUTH_MODE=disabled to opt out"). On is right: a local Ray listens on the node's address,
+# and without a token anyone who can reach its ports can run code as this user. So the build
+# keeps it and leaves out only the warning (RAY_AUTH_MODE set by the user is Ray's to apply, and
+# joining a cluster changes nothing: its operator chose its mode).
+AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+@contextlib.contextmanager
+def _silenced(name: str) -> Iterator[None]:
+    """The logger ``name`` says nothing below ERROR inside the block."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _local_defaults(kwargs: dict) -> None:
+    """What a local Ray started by a job gets, unless the caller says otherwise."""
     # Workers must see the same object-storage endpoint and credentials as the driver.
     env = {k: v for k, v in os.environ.items()
            if k.startswith(("AWS_", "SWE_")) or k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
@@ -29,7 +229,18 @@ def init_ray(**kwargs) -> None:
     kwargs.setdefault("include_dashboard", False)
     kwargs.setdefault("log_to_driver", os.environ.get("SWE_RAY_LOGS") == "1")
     kwargs.setdefault("runtime_env", {"env_vars": env})
-    ray.init(**kwargs)
+
+
+def _log_cluster(address: str | None) -> None:
+    """One line: where the job runs and with what."""
+    import ray
+
+    res = ray.cluster_resources()
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    what = f"{res.get('CPU', 0):g} CPUs" + (f", {res['GPU']:g} GPUs" if res.get("GPU") else "")
+    what += f", {res.get('memory', 0) / 2**30:.1f} GiB memory"
+    where = f"cluster at {address}, {nodes} nodes" if address else "local Ray"
+    log.info("ray: %s, %s", where, what)
 
 
 def get(refs: Any) -> Any:

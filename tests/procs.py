@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import time
 
 
 def _parent(pid: int) -> int:
@@ -27,3 +30,27 @@ def own_ray_pids(title: bytes) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
     return pids
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every process of session ``sid`` (a subprocess started with ``start_new_session``)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[4]) == sid:
+                    pids.append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def kill_session(sid: int) -> None:
+    for _ in range(50):
+        pids = session_pids(sid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)

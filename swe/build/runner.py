@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from swe.build.markers import StageDir, stage_hash
+from swe.build.tasks import duration, rate
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
@@ -48,6 +49,11 @@ class StageResult:
         """The result without shard lists, seconds and warnings, for logs."""
         return {k: v for k, v in self.to_json().items()
                 if k not in ("shards", "seconds", "warnings")}
+
+    def headline(self) -> str:
+        """The result in a few words for the log: its main count, the other counts in
+        parentheses (``58,574 sentences (1,426 dropped by length)``); see :func:`describe`."""
+        return describe(self.summary())[0]
 
 
 class Stage(Protocol):
@@ -100,7 +106,10 @@ def build(cfg: BuildConfig, until: str | None = None,
 
 def _reuse(stage: Stage, st: StageDir) -> StageResult | None:
     stats = st.done_stats()
-    return None if stats is None else stage.Result.from_json(stats)
+    result = None if stats is None else stage.Result.from_json(stats)
+    if result is not None:
+        log.info("[%s] already done: %s", stage.NAME, result.headline())
+    return result
 
 
 def _run(stage: Stage, ctx: BuildContext, st: StageDir,
@@ -114,5 +123,81 @@ def _run(stage: Stage, ctx: BuildContext, st: StageDir,
                                  warnings=list(st.warnings))
     ctx.check_lease()
     st.write_marker(result.to_json())
-    log.info("[%s] done in %.1fs: %s", stage.NAME, result.seconds, result.summary())
+    text, unit, count = describe(result.summary())
+    speed = f", {rate(count, result.seconds, unit)}" if unit and count else ""
+    log.info("[%s] done: %s in %s%s", stage.NAME, text, duration(result.seconds), speed)
+    log.debug("[%s] %s", stage.NAME, result.summary())
     return result
+
+
+# How a result's fields read in its log line, by field name: (phrase, unit of its rate). The
+# first field with a unit is the result's main count (its rate is logged), else its first count;
+# a field not listed reads "<value> <name>" ("<name> <value>" for a float). Rates (the log
+# computes its own), zeros, lists, strings and None are left out (_DONE.json has everything).
+FIELDS: dict[str, tuple[str, str | None]] = {
+    "lines": ("{} lines", "lines"),
+    "invalid_utf8_lines": ("{} not UTF-8, skipped", None),
+    "sentences": ("{} sentences", "sentences"),
+    "dropped_by_length": ("{} dropped by length", None),
+    "sizes": ("{} words", None),
+    "min_count_kept": ("min count {}", None),
+    "unique_sentences": ("{} sentences to encode", "sentences"),
+    "naive_encodes": ("V·N {}", None),
+    "encode_ratio": ("ratio {}", None),
+    "words_below_n": ("{} words with fewer than N", None),
+    "words_without_sentence": ("{} words without a sentence", None),
+    "actors": ("{} actors", None),
+    "word_vectors": ("{} word vectors", None),
+    "words": ("{} words", None),
+    "words_without_vectors": ("{} words without a vector", None),
+    "fitted_on": ("fitted on {} sentences", "sentences"),
+    "dropped_top": ("top {} components dropped", None),
+    "dim": ("{} dimensions", None),
+    "sif_a": ("SIF a {}", None),
+    "steps": ("{} steps", "steps"),
+    "best_step": ("best at step {}", None),
+    "first_eval_dev_loss": ("", None),  # the phrase "" leaves a field out
+    "train_rows": ("{} train rows", "rows"),
+    "dev_rows": ("{} dev rows", None),
+}
+
+
+def describe(summary: Mapping[str, Any]) -> tuple[str, str | None, float]:
+    """``(text, unit, count)``: a result summary (:meth:`StageResult.summary`) in a few words,
+    and the unit and value of its main count (``None`` and 0 when it has none)."""
+    phrases = {k: p for k, v in summary.items()
+               if "_per_s" not in k and (p := _phrase(k, v))}
+    main = next((k for k in phrases if FIELDS.get(k, ("", None))[1]), None) or \
+        next((k for k in phrases if _is_count(summary[k]) or isinstance(summary[k], Mapping)),
+             None)
+    if main is None:
+        return ", ".join(phrases.values()) or "nothing new", None, 0.0
+    rest = [p for k, p in phrases.items() if k != main]
+    text = phrases[main] + (f" ({', '.join(rest)})" if rest else "")
+    unit = FIELDS[main][1] if main in FIELDS else main.replace("_", " ")
+    return text, unit, float(_total(summary[main]))
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _total(value: Any) -> float:
+    return sum(value.values()) if isinstance(value, Mapping) else value
+
+
+def _phrase(name: str, value: Any) -> str:
+    """One field in words; ``""`` for what the log leaves out."""
+    words = name.replace("_", " ")
+    if isinstance(value, bool):
+        return words if value else ""
+    if isinstance(value, Mapping) and value and all(_is_count(v) for v in value.values()):
+        shown = f"{next(iter(value.values())):,}" if len(value) == 1 else \
+            " / ".join(f"{k} {v:,}" for k, v in value.items())
+    elif _is_count(value) and value:
+        shown = f"{value:,}"
+    elif isinstance(value, float) and value:
+        return FIELDS.get(name, (f"{words} {{}}", None))[0].format(f"{value:.4g}")
+    else:
+        return ""
+    return FIELDS.get(name, (f"{{}} {words}", None))[0].format(shown)

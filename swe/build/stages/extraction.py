@@ -31,7 +31,7 @@ from swe.build.runner import StageResult
 from swe.build.shuffle import by_partition, id_partition, partition_ids, read_files, write_groups
 from swe.build.stages.selection import selected_parts
 from swe.build.stages.vocab import read_words
-from swe.build.tasks import MiB, node_id, remote, run_sharded
+from swe.build.tasks import MiB, Progress, node_id, remote, run_sharded
 from swe.text import language, units
 
 if TYPE_CHECKING:
@@ -178,46 +178,56 @@ def _part_key(path: str) -> str:
 
 def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int, p: int,
              waves: list[Wave]) -> dict:
-    """Run the unfinished waves through the teacher actor pool; mark each when every one of
-    its parts' sentences is accounted for."""
+    """Run the unfinished waves through the teacher actor pool (one progress line with an
+    ETA over all of them); mark each when every one of its parts' sentences is accounted for."""
     import ray
 
+    todo = [w for w in range(len(waves)) if not st.shard_done(f"wave-{w:05d}")]
+    if len(todo) < len(waves):
+        log.info("[extraction] %d of %d jobs already done", len(waves) - len(todo), len(waves))
+    if not todo:
+        return {}
     ex = ctx.cfg.extraction
     n_actors = actor_count(ex.actors, ex.gpus_per_actor, ex.threads_per_actor)
-    kwargs = {"teacher_dir": ctx.teacher, "lang_offset": offsets, "total": total, "parts": p,
-              "vocab": {lang: ctx.work("vocab", f"{lang}.parquet") for lang in offsets},
-              "token_budget": ex.token_budget, "mode": ex.mode,
-              "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
-              "trust_remote_code": ctx.cfg.trust_remote_code}
-    t0, done_sentences = time.perf_counter(), 0
-    for w, (expected, make) in enumerate(waves):
-        if st.shard_done(f"wave-{w:05d}"):
-            continue
-        storage.remove_tree(st.path("sums", f"wave{w:05d}"))  # a killed attempt's files
-        log.info("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),
-                 len(expected), sum(expected.values()))
-        ds = make().map_batches(
-            Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,
-            num_gpus=ex.gpus_per_actor or None,
-            fn_constructor_kwargs={**kwargs, "out": st.path("sums", f"wave{w:05d}")})
-        seen: dict[str, int] = {}
-        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            for part, n in zip(batch.column("part").to_pylist(),
-                               batch.column("sentences").to_pylist(), strict=True):
-                seen[part] = seen.get(part, 0) + n
-        if seen != expected:
-            raise RuntimeError(f"extraction job {w}: sentences per part {seen} != {expected}")
-        st.mark_shard(f"wave-{w:05d}", {"sentences": sum(seen.values())})
-        done_sentences += sum(seen.values())
-        log.info("[extraction] %d sentences done, %.1f sentences/s", done_sentences,
-                 done_sentences / max(time.perf_counter() - t0, 1e-9))
+    pool = {"batch_size": ex.batch_size, "batch_format": "pyarrow",
+            "compute": ray.data.ActorPoolStrategy(size=n_actors), "num_cpus": ex.cpus_per_actor,
+            "num_gpus": ex.gpus_per_actor or None, "fn_constructor_kwargs": {
+                "teacher_dir": ctx.teacher, "lang_offset": offsets, "total": total, "parts": p,
+                "vocab": {lang: ctx.work("vocab", f"{lang}.parquet") for lang in offsets},
+                "token_budget": ex.token_budget, "mode": ex.mode,
+                "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
+                "trust_remote_code": ctx.cfg.trust_remote_code}}
+    progress = Progress("extraction", sum(sum(waves[w][0].values()) for w in todo), "sentences")
+    t0 = time.perf_counter()
+    try:
+        for w in todo:
+            _wave(st, w, waves, pool, progress)
+    finally:
+        progress.close()
     secs = time.perf_counter() - t0
-    if not done_sentences:
-        log.info("[extraction] every job already done")
-        return {}
-    return {"actors": n_actors, "sentences": done_sentences,
-            "sentences_per_s": round(done_sentences / max(secs, 1e-9), 1)}
+    return {"actors": n_actors, "sentences": progress.done,
+            "sentences_per_s": round(progress.done / max(secs, 1e-9), 1)}
+
+
+def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progress) -> None:
+    """Wave ``w``: one Ray Data job over the actor pool (``pool``: its ``map_batches``
+    arguments); its marker once every sentence of its parts is accounted for."""
+    expected, make = waves[w]
+    out = st.path("sums", f"wave{w:05d}")
+    storage.remove_tree(out)  # a killed attempt's files
+    log.debug("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),
+              len(expected), sum(expected.values()))
+    ds = make().map_batches(Extractor, **{**pool, "fn_constructor_kwargs": {
+        **pool["fn_constructor_kwargs"], "out": out}})
+    seen: dict[str, int] = {}
+    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        for part, n in zip(batch.column("part").to_pylist(),
+                           batch.column("sentences").to_pylist(), strict=True):
+            seen[part] = seen.get(part, 0) + n
+            progress.add(n)
+    if seen != expected:
+        raise RuntimeError(f"extraction job {w}: sentences per part {seen} != {expected}")
+    st.mark_shard(f"wave-{w:05d}", {"sentences": sum(seen.values())})
 
 
 def reduce_sums(stage_dir: str, part: int, parts: int, total: int, waves: int) -> dict:
