@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import select
 import sys
 import threading
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["AUTH_LOGGER", "HARMLESS", "clear_status", "configure_console", "console", "get",
-           "init_ray", "show_status"]
+           "init_ray", "show_status", "user_error"]
 
 log = logging.getLogger("swe")
 
@@ -100,7 +101,11 @@ def _quiet_ray_data() -> None:
     import ray.data
     from ray.util.debug import log_once
 
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    # Its "issue detectors" repeat a hint every 30 s (e.g. that a teacher actor uses more memory
+    # than it requested, which a stage's memory check already covers); -v shows them.
+    context.issue_detectors_config.detectors = []
     log_once("ray_data_progress_manager_disabled")  # its "Progress bars disabled" hint: said
     for handler in logging.getLogger("ray.data").handlers:
         if handler.name == "console":
@@ -252,3 +257,22 @@ def get(refs: Any) -> Any:
         return ray.get(refs)
     except ray.exceptions.RayTaskError as e:
         raise e.as_instanceof_cause() from None
+
+
+_USER_ERRORS = {"ValueError": ValueError, "FileNotFoundError": FileNotFoundError,
+                "PermissionError": PermissionError}
+
+
+def user_error(e: BaseException) -> BaseException:
+    """The user's own error inside a Ray task/actor failure (a ``ValueError`` naming a file, a
+    ``PermissionError`` naming a path), without Ray's traceback; else ``e`` itself."""
+    seen = e
+    while (inner := getattr(seen, "cause", None) or seen.__cause__) not in (None, seen):
+        seen = inner
+    if isinstance(seen, tuple(_USER_ERRORS.values())):
+        message = str(seen.args[0]) if seen.args else str(seen)
+        return type(seen)(message.split("\n", 1)[0])  # without Ray Data's retry hint
+    # An actor's error arrives as text only (its cause is not kept): the first "Type: message"
+    # line of the remote traceback is the original error.
+    found = re.search(r"^(?:\w+\.)*(" + "|".join(_USER_ERRORS) + r"): (.+)$", str(e), re.M)
+    return _USER_ERRORS[found.group(1)](found.group(2)) if found else e

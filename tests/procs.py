@@ -38,7 +38,9 @@ def session_pids(sid: int) -> list[int]:
     for d in os.listdir("/proc"):
         try:
             with open(f"/proc/{d}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[4]) == sid:
+                # after the name: state, ppid, pgrp, session, tty_nr, ...; a zombie is dead
+                fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[3]) == sid and fields[0] != "Z":
                     pids.append(int(d))
         except (OSError, ValueError, IndexError):
             continue
@@ -46,6 +48,7 @@ def session_pids(sid: int) -> list[int]:
 
 
 def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (a driver and the local Ray it started)."""
     for _ in range(50):
         pids = session_pids(sid)
         if not pids:

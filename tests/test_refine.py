@@ -132,3 +132,67 @@ def test_bilingual_contrastive_build(tmp_path, data_dir):
     acc = [float(np.mean(top_k(m.encode(de), m.encode(en), 1)[1][:, 0] == np.arange(300)))
            for m in (StaticModel.load(out / "step2"), model)]
     assert acc[1] > acc[0]
+
+
+def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_runs(
+        tmp_path, corpus):
+    """Issue 14: SIGKILL the driver (and its local Ray) once refine has a checkpoint; the
+    rerun resumes from it (no step repeated). Another kill, then a changed refine config:
+    the killed run's checkpoints are removed, and the log says so."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from procs import kill_session
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "refine-kill"
+    base = [*SMALL, f"corpus.en.paths=['{corpus}']", "refine.objective='distill'",
+            "refine.max_steps=200", "refine.patience=1000"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+
+    def driver(extra, log_name):
+        args = [sys.executable, "pipelines/build.py", "--config",
+                "pipelines/configs/quickstart.toml", "--output", str(out)]
+        for item in [*base, *extra]:
+            args += ["--set", item]
+        log = tmp_path / log_name
+        return subprocess.Popen(args, cwd=root, env=env, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True), log
+
+    def kill_after_checkpoint(extra, log_name):
+        proc, log = driver(extra, log_name)
+        try:
+            deadline = time.time() + 400
+            while not list((out / "work/refine/runs").glob("refine-*/checkpoint_*")):
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.time() < deadline, "no refine checkpoint appeared"
+                time.sleep(0.1)
+            time.sleep(1.0)  # let the checkpoint's files land
+        finally:
+            kill_session(proc.pid)
+        assert not (out / "work/refine/_DONE.json").exists()
+        return {p.name for p in (out / "work/refine/runs").glob("refine-*")}
+
+    first_runs = kill_after_checkpoint([], "run1.log")
+    proc, log = driver([], "run2.log")
+    try:
+        assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        kill_session(proc.pid)
+    h = _history(out)
+    assert len(h["resumed_at"]) == 1 and h["resumed_at"][0] > 0
+    steps = [e["step"] for e in h["history"]]
+    assert steps == list(range(5, 201, 5))  # continued from the checkpoint: no step repeated
+    # A killed run (another config), then a rerun with a third config: the killed run's
+    # checkpoints go, and the log says so.
+    killed_runs = kill_after_checkpoint(["refine.lr=0.002"], "run3.log")
+    assert killed_runs - first_runs
+    proc, log = driver(["refine.lr=0.003", "refine.max_steps=20"], "run4.log")
+    try:
+        assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        kill_session(proc.pid)
+    left = {p.name for p in (out / "work/refine/runs").glob("refine-*")}
+    assert len(left) == 1 and not left & (first_runs | killed_runs)
+    assert "removing the checkpoints of an earlier refine run" in log.read_text()

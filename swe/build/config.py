@@ -19,13 +19,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from swe import storage
+from swe.build.pairs import PairsConfig
 from swe.build.stages.corpus import CorpusConfig
 from swe.build.stages.extraction import ExtractionConfig
 from swe.build.stages.pca import PCAConfig
 from swe.build.stages.refine import RefineConfig
 from swe.build.stages.selection import SelectionConfig
 from swe.build.stages.sentences import SentenceConfig
-from swe.build.stages.train_data import PairsConfig
 from swe.build.stages.vocab import VocabConfig
 from swe.text import LANGUAGES
 
@@ -223,7 +223,8 @@ def _missing_bucket(url: str) -> str:
 #
 # A config field declares itself with ``field(default=..., metadata={...})``: ``help`` (its
 # meaning), and optionally ``min``/``max`` (inclusive), ``gt`` (exclusive lower bound),
-# ``choices`` (a tuple, or a dict of choice -> meaning) and ``nonempty`` (str or list). Its
+# ``choices`` (a tuple, or a dict of choice -> meaning), ``nonempty`` (str or list) and
+# ``infinite`` (a float that may be ±inf). Its
 # type is its annotation. :func:`field_problem` (validation) and :func:`describe` (``python -m
 # swe.build.config``, docs/reliability.md) both read these declarations.
 
@@ -273,6 +274,9 @@ def field_problem(f: dataclasses.Field, value: Any) -> str | None:
     if kind not in _TYPES:
         return None  # a section: checked by its own fields
     problem = _type_problem(kind, value)
+    infinite = isinstance(value, float) and abs(value) == math.inf
+    if problem and infinite and f.metadata.get("infinite"):
+        problem = None  # a declared "no bound" (e.g. pairs.min_score = -inf)
     if problem:
         return problem
     meta = f.metadata

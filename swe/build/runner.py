@@ -159,6 +159,9 @@ FIELDS: dict[str, tuple[str, str | None]] = {
     "first_eval_dev_loss": ("", None),  # the phrase "" leaves a field out
     "train_rows": ("{} train rows", "rows"),
     "dev_rows": ("{} dev rows", None),
+    "pairs": ("{} pairs kept", None),
+    "duplicates": ("{} duplicates dropped", None),
+    "over_max_pairs": ("{} over max_pairs dropped", None),
 }
 
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from swe import storage
 
-__all__ = ["by_partition", "id_partition", "partition_ids", "read_files", "write_groups"]
+__all__ = ["by_partition", "id_partition", "partition_ids", "read_files", "shuffle_key",
+           "write_groups"]
 
 
 def id_partition(ids: np.ndarray, total: int, parts: int) -> np.ndarray:
@@ -59,3 +60,25 @@ def read_files(directory: str, columns: dict[str, np.dtype]) -> dict[str, np.nda
                 parts[c].append(z[c])
     return {c: np.concatenate(v).astype(dtype) if v else np.zeros(0, dtype)
             for (c, v), dtype in zip(parts.items(), columns.values(), strict=True)}
+
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, element-wise on uint64 (wrapping)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def shuffle_key(hashes: np.ndarray, seed: int) -> np.ndarray:
+    """A seed-keyed int64 mix of integer keys (pair hashes, sentence ids): sorting rows by it
+    is a uniformly random order that depends only on the keys and the seed — not on the
+    files' order, the chunking, the cluster or the order rows arrived in."""
+    h = np.asarray(hashes)
+    h = h.view(np.uint64) if h.dtype.itemsize == 8 and h.dtype.kind in "iu" else \
+        h.astype(np.uint64)
+    salt = _splitmix64(np.array([seed & _M64], np.uint64))
+    return _splitmix64(h ^ salt).view(np.int64)

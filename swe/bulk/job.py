@@ -21,7 +21,6 @@ import base64
 import hashlib
 import json
 import logging
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -34,6 +33,7 @@ from swe.bulk import layout
 from swe.bulk.encoder import DTYPES, Encoder
 from swe.bulk.read import plan, read_task
 from swe.lease import Lease
+from swe.raysetup import user_error
 from swe.storage import expand_inputs, input_format
 
 __all__ = ["EncodeOptions", "EncodeSummary", "encode_files"]
@@ -116,25 +116,6 @@ def _start_run(output: str, run: str, spec: dict) -> dict[str, dict]:
     done = layout.find_receipts(output, run)
     log.info("resuming run %s: %d parts already written and verified", run, len(done))
     return done
-
-
-_USER_ERRORS = {"ValueError": ValueError, "FileNotFoundError": FileNotFoundError,
-                "PermissionError": PermissionError}
-
-
-def _user_error(e: BaseException) -> BaseException:
-    """The user's own error inside a Ray task/actor failure (a ``ValueError`` naming a file, a
-    ``PermissionError`` naming a path), without Ray's traceback; else ``e`` itself."""
-    seen = e
-    while (inner := getattr(seen, "cause", None) or seen.__cause__) not in (None, seen):
-        seen = inner
-    if isinstance(seen, tuple(_USER_ERRORS.values())):
-        message = str(seen.args[0]) if seen.args else str(seen)
-        return type(seen)(message.split("\n", 1)[0])  # without Ray Data's retry hint
-    # An actor's error arrives as text only (its cause is not kept): the first "Type: message"
-    # line of the remote traceback is the original error.
-    found = re.search(r"^(?:\w+\.)*(" + "|".join(_USER_ERRORS) + r"): (.+)$", str(e), re.M)
-    return _USER_ERRORS[found.group(1)](found.group(2)) if found else e
 
 
 def _progress(done_rows: int, first: list, counts: list, last: list) -> None:
@@ -256,7 +237,7 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
         new = _encode(model, output, run, opts, tasks, done, counts, pool)
         counts = get(counts)
     except Exception as e:
-        raise _user_error(e) from None
+        raise user_error(e) from None
     receipts = {**done, **{r["part"]: r for r in new}}
     _check_rows(files, counts, receipts)
     order = sorted(receipts.values(), key=lambda r: tuple(map(int, r["part"].split("-"))))

@@ -18,7 +18,8 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ import numpy as np
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.runner import StageResult
+from swe.build.stages.train_data import split_urls
 from swe.model import StaticModel
 
 if TYPE_CHECKING:
@@ -73,6 +75,9 @@ class RefineConfig:
     gpus_per_worker: float = field(default=0.0, metadata={"min": 0, "help": "Ray GPUs per worker"})
     max_failures: int = field(default=3, metadata={
         "min": -1, "help": "worker failures survived from the last checkpoint; -1 = unlimited"})
+    shuffle_buffer: int = field(default=10_000, metadata={
+        "min": 0, "help": "rows in each worker's local shuffle buffer, reshuffled per epoch "
+                          "(0 = the global order train_data wrote)"})
     storage: str = field(default="", metadata={
         "help": "Ray Train storage path; default <output>/work/refine/runs"})
 
@@ -90,6 +95,7 @@ class Result(StageResult):
     train_rows: int
     dev_rows: int
     early_stopped: bool
+    rows_per_s_per_worker: float = 0.0
 
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
@@ -101,6 +107,9 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     if r.objective == "distill" and cfg.extraction.mode != "sentence":
         errors.append("refine.objective = 'distill' samples the selected sentences: it needs "
                       "extraction.mode = 'sentence'")
+    if r.batch_size % r.workers:
+        errors.append(f"refine.batch_size = {r.batch_size} must be a multiple of refine.workers "
+                      f"= {r.workers}: each worker takes an equal share of every batch")
     if r.min_sentences < r.train_per_word + r.dev_per_word:
         errors.append(f"refine.min_sentences = {r.min_sentences} < train_per_word + "
                       f"dev_per_word = {r.train_per_word + r.dev_per_word}")
@@ -119,16 +128,17 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     """The optimisation settings (resources and checkpoint cadence do not count)."""
     r = cfg.refine
-    return (r.batch_size, r.lr, r.clip, r.tau, r.max_steps, r.eval_every, r.patience, r.workers)
+    return (r.batch_size, r.lr, r.clip, r.tau, r.max_steps, r.eval_every, r.patience, r.workers,
+            r.shuffle_buffer)
 
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
     """Train (or resume the run named by this stage's hash), save step 3 and the curves."""
     r = ctx.cfg.refine
-    data = ctx.work("train_data")
-    best, state = run_training(ctx.path("step2"), storage.join(data, "train.parquet"),
-                               storage.join(data, "dev.parquet"), r.storage or st.path("runs"),
-                               f"refine-{st.config_hash}", r, ctx.cfg.seed)
+    runs, name = r.storage or st.path("runs"), f"refine-{st.config_hash}"
+    _remove_other_runs(runs, name)
+    best, state = run_training(ctx.path("step2"), split_urls(ctx), runs, name, r,
+                               ctx.cfg.seed, done["train_data"].train_rows)
     ctx.save_step("step3", StaticModel.load(ctx.path("step2")).words, best)
     curves = ctx.path("refinement")
     storage.write_bytes(storage.join(curves, "history.json"),
@@ -139,73 +149,111 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
                   initial_dev_loss=round(state["initial_dev_loss"], 5),
                   first_eval_dev_loss=round(state["history"][0]["dev_loss"], 5),
                   resumed_at=state["resumed_at"], train_rows=state["train_rows"],
-                  dev_rows=state["dev_rows"], early_stopped=state["step"] < r.max_steps)
+                  dev_rows=state["dev_rows"], early_stopped=state["step"] < r.max_steps,
+                  rows_per_s_per_worker=round(state["step"] * r.batch_size / r.workers / max(
+                      state.get("step_seconds", 0.0), 1e-9), 1))
+
+
+def _remove_other_runs(runs: str, keep: str) -> None:
+    """Remove the checkpoints of earlier refine runs (another config) under ``runs``."""
+    fs, path = storage.filesystem(runs)
+    fs.invalidate_cache()
+    if not fs.exists(path):
+        return
+    for entry in fs.ls(path, detail=False):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith("refine-") and name != keep:
+            log.warning("[refine] removing the checkpoints of an earlier refine run %s (its "
+                        "config differs from this run's %s)", name, keep)
+            storage.remove_tree(storage.join(runs, name))
 
 
 # -- data ---------------------------------------------------------------------------------------
 
 
-class _Column:
-    """A text column as vocabulary rows: flat ids + offsets (CSR)."""
+def _bag(ids: list[np.ndarray]) -> tuple[Any, Any]:
+    """Torch ``(ids, offsets)`` for ``embedding_bag`` over rows of vocabulary ids."""
+    import torch
 
-    def __init__(self, model: StaticModel, texts: list[str]) -> None:
-        ids = model.word_ids(texts)
-        self.lengths = np.array([len(x) for x in ids], np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
-        self.ids = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
+    lengths = np.array([len(x) for x in ids], np.int64)
+    flat = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return torch.from_numpy(flat), torch.from_numpy(offsets)
 
-    def bag(self, rows: np.ndarray):
-        """Torch ``(ids, offsets)`` for ``embedding_bag`` over ``rows``."""
+
+class Collate:
+    """A streamed batch (``src``, ``tgt``, ``teacher`` columns) as training tensors: texts to
+    vocabulary rows with the same rule as inference; rows with a side that has no known word
+    are dropped (they would be zero vectors)."""
+
+    def __init__(self, model: StaticModel) -> None:
+        self.model = model
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        """Tensors ``src`` (and ``tgt``): ``(ids, offsets)``; ``teacher``: a float matrix."""
         import torch
 
-        a, b = self.offsets[rows], self.offsets[rows + 1]
-        flat = np.concatenate([self.ids[i:j] for i, j in zip(a, b, strict=True)])
-        offs = np.concatenate([[0], np.cumsum(b - a)[:-1]])
-        return torch.from_numpy(flat), torch.from_numpy(offs)
+        sides = {c: self.model.word_ids([str(t) for t in batch[c]])
+                 for c in ("src", "tgt") if c in batch}
+        keep = np.flatnonzero(np.logical_and.reduce(
+            [np.array([len(x) > 0 for x in ids], bool) for ids in sides.values()]))
+        out: dict[str, Any] = {c: _bag([ids[i] for i in keep]) for c, ids in sides.items()}
+        if "teacher" in batch:
+            teacher = np.stack(list(batch["teacher"])).astype(np.float32)
+            out["teacher"] = torch.from_numpy(teacher[keep])
+        out["rows"] = len(keep)
+        return out
 
 
-class _Split:
-    """One split (train or dev): texts as id columns, teacher embeddings if any; rows whose
-    texts have no known word are dropped (they would be zero vectors)."""
-
-    def __init__(self, url: str, model: StaticModel) -> None:
-        t = storage.read_parquet(url)
-        self.src = _Column(model, t.column("src").to_pylist())
-        self.tgt = _Column(model, t.column("tgt").to_pylist()) if "tgt" in t.column_names \
-            else None
-        keep = self.src.lengths > 0
-        if self.tgt is not None:
-            keep &= self.tgt.lengths > 0
-        self.rows = np.flatnonzero(keep)
-        self.teacher = None
-        if "teacher" in t.column_names:
-            col = t.column("teacher").combine_chunks()
-            self.teacher = col.values.to_numpy().reshape(len(t), -1).astype(np.float32)
-        self.dropped = int((~keep).sum())
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-
-def _loss(objective: str, weight: Any, split: _Split, rows: np.ndarray, tau: float) -> Any:
+def _gather(x: Any, sizes: list[int], rank: int) -> Any:
+    """Every worker's rows of ``x`` concatenated; this worker's slot keeps its gradient."""
     import torch
+    import torch.distributed as dist
+
+    pad = torch.zeros((max(sizes), *x.shape[1:]), dtype=x.dtype, device=x.device)
+    pad[:len(x)] = x.detach()
+    bufs = [torch.empty_like(pad) for _ in sizes]
+    dist.all_gather(bufs, pad)
+    parts = [b[:n] for b, n in zip(bufs, sizes, strict=True)]
+    parts[rank] = x
+    return torch.cat(parts)
+
+
+def _sizes(rows: int, world: int) -> list[int]:
+    """Rows of this step's batch on every worker."""
+    import torch
+    import torch.distributed as dist
+
+    if world == 1:
+        return [rows]
+    bufs = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(bufs, torch.tensor([rows], dtype=torch.int64))
+    return [int(b) for b in bufs]
+
+
+def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
+          sizes: list[int] | None = None, rank: int = 0) -> Any:
+    """The objective's loss on one batch; with ``sizes`` (several workers), over the global
+    batch gathered from every worker, so in-batch negatives span all of them."""
     import torch.nn.functional as F
 
     from swe.build import losses
 
-    def enc(col: _Column) -> Any:
-        ids, offs = col.bag(rows)
-        return F.embedding_bag(ids.to(weight.device), weight, offs.to(weight.device),
-                               mode="mean")
+    def side(name: str) -> Any:
+        ids, offs = batch[name]
+        x = F.embedding_bag(ids.to(weight.device), weight, offs.to(weight.device), mode="mean")
+        return x if sizes is None else _gather(x, sizes, rank)
+
+    def teacher() -> Any:
+        t = batch["teacher"].to(weight.device)
+        return t if sizes is None else _gather(t, sizes, rank)
 
     if objective == "distill":
-        teacher = torch.from_numpy(split.teacher[rows]).to(weight.device)
-        return losses.distillation_loss(enc(split.src), teacher, tau)
+        return losses.distillation_loss(side("src"), teacher(), tau)
     if objective == "contrastive":
-        return losses.contrastive_loss(enc(split.src), enc(split.tgt), tau)
+        return losses.contrastive_loss(side("src"), side("tgt"), tau)
     if objective == "kd":
-        teacher = torch.from_numpy(split.teacher[rows]).to(weight.device)
-        return losses.kd_loss(enc(split.src), enc(split.tgt), teacher, tau)
+        return losses.kd_loss(side("src"), side("tgt"), teacher(), tau)
     raise ValueError(f"unknown objective {objective!r}")
 
 
@@ -246,11 +294,101 @@ def _restore(ckpt: Any, weight: Any, opt: Any, device: Any) -> tuple[Any, dict]:
         opt.state[weight] = {"step": torch.tensor(state["adam_step"]),
                              "exp_avg": tensors["exp_avg"].to(device),
                              "exp_avg_sq": tensors["exp_avg_sq"].to(device)}
+    state.setdefault("epoch", 0)
+    state.setdefault("pos", 0)
     state["resumed_at"].append(state["step"])
     return tensors["best"].to(device), state
 
 
 # -- the loop each Ray Train worker runs ---------------------------------------------------------
+
+
+def _dev_batches(collate: Collate, batch_size: int) -> list[dict]:
+    """The validation split, collated once and kept (it is at most ``refine.dev_max`` rows;
+    every worker holds all of it, so every worker computes the same validation loss)."""
+    import ray.train
+
+    rows = ray.train.get_dataset_shard("dev").iter_batches(batch_size=batch_size,
+                                                           batch_format="numpy")
+    return [b for b in map(collate, rows) if b["rows"] >= 2]
+
+
+def _dev_loss(obj: str, weight: Any, dev: list[dict], tau: float) -> float:
+    import torch
+
+    with torch.no_grad():
+        return float(np.mean([float(_loss(obj, weight, b, tau)) for b in dev]))
+
+
+def _train_batches(config: dict, collate: Collate, epoch: int, skip: int) -> Iterator[dict]:
+    """This worker's share of the training stream for one epoch, collated ahead in a thread:
+    the global order from ``train_data`` plus a seeded local shuffle buffer per epoch; the
+    first ``skip`` batches (already trained before a restart) are passed over."""
+    import ray.train
+    from ray.data.collate_fn import NumpyBatchCollateFn
+
+    class Numpy(NumpyBatchCollateFn):
+        def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+            return collate(batch)
+
+    shard = ray.train.get_dataset_shard("train")
+    batches = shard.iter_torch_batches(
+        batch_size=config["batch_size"] // config["world"], drop_last=True,
+        collate_fn=Numpy(),
+        local_shuffle_buffer_size=config["shuffle_buffer"] or None,
+        local_shuffle_seed=config["seed"] * 100_003 + epoch if config["shuffle_buffer"] else None,
+        prefetch_batches=2)
+    for i, batch in enumerate(batches):
+        if i >= skip:
+            yield batch
+
+
+def _step(config: dict, weight: Any, opt: Any, batch: dict, rank: int) -> float | None:
+    """One optimiser step on the global batch; ``None`` when it had fewer than 2 rows."""
+    import torch
+
+    world = config["world"]
+    sizes = _sizes(batch["rows"], world)
+    if sum(sizes) < 2:
+        return None
+    loss = _loss(config["objective"], weight, batch, config["tau"],
+                 sizes if world > 1 else None, rank)
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    if world > 1:  # each worker's gradient covers its own rows of the one global loss
+        torch.distributed.all_reduce(weight.grad)
+    torch.nn.utils.clip_grad_norm_(weight, config["clip"])
+    opt.step()
+    return float(loss)
+
+
+def _evaluate(config: dict, state: dict, weight: Any, best: Any, dev: list[dict],
+              since: list[float]) -> Any:
+    """Validation loss, early-stopping counters and history; the (new) best matrix."""
+    d = _dev_loss(config["objective"], weight, dev, config["tau"])
+    if state["best_loss"] is None or d < state["best_loss"]:
+        state.update(best_loss=d, best_step=state["step"], bad=0)
+        best = weight.detach().clone()
+    else:
+        state["bad"] += 1
+    state["history"].append({"step": state["step"], "train_loss": float(np.mean(since)),
+                             "dev_loss": d})
+    since.clear()
+    return best
+
+
+def _report(config: dict, state: dict, weight: Any, best: Any, opt: Any, rank: int,
+            due: bool) -> None:
+    import ray.train
+
+    metrics = {**state["history"][-1], "best_dev_loss": state["best_loss"],
+               "best_step": state["best_step"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0 and due:
+            _save_state(tmp, weight, best, opt, state)
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(metrics, checkpoint=checkpoint)
 
 
 def train_loop(config: dict) -> None:
@@ -259,83 +397,84 @@ def train_loop(config: dict) -> None:
     import torch
 
     ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    rank, config["world"] = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(max(1, int(config["threads"])))
     torch.manual_seed(config["seed"])
     device = ray.train.torch.get_device() if config["use_gpu"] else torch.device("cpu")
     model = StaticModel.load(config["init_model"])
-    train = _Split(config["train"], model)
-    dev = _Split(config["dev"], model)
-    B, obj, tau = config["batch_size"], config["objective"], config["tau"]
-    if len(train) < B * world or len(dev) < 2:
-        raise ValueError(f"refinement needs at least batch_size x workers = {B * world} training "
-                         f"rows and 2 validation rows; have {len(train)} and {len(dev)}")
-
+    config["collate"] = collate = Collate(model)
+    dev = _dev_batches(collate, config["batch_size"])
+    if not dev:
+        raise ValueError("refinement needs at least 2 validation rows with known words")
     weight = torch.nn.Parameter(torch.from_numpy(model.vectors.copy()).to(device))
     opt = torch.optim.Adam([weight], lr=config["lr"])
     best = weight.detach().clone()
-    state = {"step": 0, "best_loss": None, "best_step": 0, "bad": 0, "history": [],
-             "resumed_at": [], "train_rows": len(train), "dev_rows": len(dev)}
+    state = {"step": 0, "epoch": 0, "pos": 0, "best_loss": None, "best_step": 0, "bad": 0,
+             "history": [], "resumed_at": [], "train_rows": config["train_rows"],
+             "dev_rows": sum(b["rows"] for b in dev)}
     ckpt = ray.train.get_checkpoint()
     if ckpt:
         best, state = _restore(ckpt, weight, opt, device)
+    else:
+        state["initial_dev_loss"] = _dev_loss(config["objective"], weight, dev, config["tau"])
+    _epochs(config, state, weight, opt, best, dev, rank)
 
-    def dev_loss() -> float:
-        with torch.no_grad():
-            vals = [float(_loss(obj, weight, dev, dev.rows[i:i + B], tau))
-                    for i in range(0, len(dev) - 1, B) if len(dev.rows[i:i + B]) >= 2]
-        return float(np.mean(vals))
 
-    if not ckpt:
-        state["initial_dev_loss"] = dev_loss()
-    last_saved = state["step"]
-    per_epoch = len(train) // (B * world)
-    since: list[float] = []
-    while state["step"] < config["max_steps"] and state["bad"] < config["patience"]:
-        epoch, pos = divmod(state["step"], per_epoch)
-        perm = np.random.default_rng([config["seed"], epoch]).permutation(train.rows)
-        rows = perm[rank::world][pos * B:(pos + 1) * B]
-        loss = _loss(obj, weight, train, rows, tau)
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        if world > 1:
-            torch.distributed.all_reduce(weight.grad)
-            weight.grad /= world
-        torch.nn.utils.clip_grad_norm_(weight, config["clip"])
-        opt.step()
-        state["step"] += 1
-        since.append(float(loss))
-        if state["step"] % config["eval_every"] and state["step"] < config["max_steps"]:
-            continue
-        d = dev_loss()
-        if state["best_loss"] is None or d < state["best_loss"]:
-            state.update(best_loss=d, best_step=state["step"], bad=0)
-            best = weight.detach().clone()
-        else:
-            state["bad"] += 1
-        entry = {"step": state["step"], "train_loss": float(np.mean(since)), "dev_loss": d}
-        state["history"].append(entry)
-        since = []
-        metrics = {**entry, "best_dev_loss": state["best_loss"], "best_step": state["best_step"]}
-        stopping = state["step"] >= config["max_steps"] or state["bad"] >= config["patience"]
-        due = state["step"] - last_saved >= config["checkpoint_every"] or stopping
-        with tempfile.TemporaryDirectory() as tmp:
-            checkpoint = None
-            if rank == 0 and due:
-                _save_state(tmp, weight, best, opt, state)
-                checkpoint = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report(metrics, checkpoint=checkpoint)
-        if due:
-            last_saved = state["step"]
+def _stopping(config: dict, state: dict) -> bool:
+    return state["step"] >= config["max_steps"] or state["bad"] >= config["patience"]
+
+
+def _epochs(config: dict, state: dict, weight: Any, opt: Any, best: Any, dev: list[dict],
+            rank: int) -> None:
+    """Train epoch after epoch until ``max_steps`` or early stopping."""
+    last_saved, since = state["step"], []
+    while not _stopping(config, state):
+        stepped = False
+        for batch in _train_batches(config, config["collate"], state["epoch"],
+                                    state["pos"]):
+            t = time.perf_counter()
+            loss = _step(config, weight, opt, batch, rank)
+            state["step_seconds"] = state.get("step_seconds", 0.0) + time.perf_counter() - t
+            state["pos"] += 1
+            if loss is None:
+                continue
+            stepped = True
+            state["step"] += 1
+            since.append(loss)
+            if state["step"] % config["eval_every"] and state["step"] < config["max_steps"]:
+                continue
+            best = _evaluate(config, state, weight, best, dev, since)
+            due = state["step"] - last_saved >= config["checkpoint_every"] or _stopping(
+                config, state)
+            _report(config, state, weight, best, opt, rank, due)
+            last_saved = state["step"] if due else last_saved
+            if _stopping(config, state):
+                return
+        if not stepped and state["pos"] == 0:
+            raise ValueError("an epoch of the training split gave no batch: it has fewer rows "
+                             "than refine.batch_size")
+        state["epoch"], state["pos"] = state["epoch"] + 1, 0
 
 
 # -- the driver side ---------------------------------------------------------------------------
 
 
-def run_training(init_model: str, train_url: str, dev_url: str, run_storage: str,
-                 run_name: str, refine: RefineConfig, seed: int) -> tuple[np.ndarray, dict]:
+def _datasets(train_url: str, dev_url: str) -> dict[str, Any]:
+    """Both splits as Ray Datasets read from their Parquet shards (streamed, never loaded)."""
+    import ray
+
+    out = {}
+    for name, url in (("train", train_url), ("dev", dev_url)):
+        fs, path = storage.pyarrow_filesystem(url)
+        out[name] = ray.data.read_parquet(path, filesystem=fs)
+    return out
+
+
+def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_name: str,
+                 refine: RefineConfig, seed: int, train_rows: int) -> tuple[np.ndarray, dict]:
     """Run (or resume) the Ray Train job; returns ``(best matrix, final state)``."""
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.data import ExecutionOptions
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     fs, path = storage.pyarrow_filesystem(run_storage)
@@ -345,13 +484,17 @@ def run_training(init_model: str, train_url: str, dev_url: str, run_storage: str
         resources["GPU"] = refine.gpus_per_worker
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"init_model": init_model, "train": train_url, "dev": dev_url,
-                           "objective": refine.objective, "batch_size": refine.batch_size,
-                           "lr": refine.lr, "clip": refine.clip, "tau": refine.tau,
+        train_loop_config={"init_model": init_model, "objective": refine.objective,
+                           "batch_size": refine.batch_size, "lr": refine.lr,
+                           "clip": refine.clip, "tau": refine.tau,
                            "max_steps": refine.max_steps, "eval_every": refine.eval_every,
                            "patience": refine.patience, "seed": seed, "use_gpu": use_gpu,
                            "checkpoint_every": refine.checkpoint_every,
+                           "shuffle_buffer": refine.shuffle_buffer, "train_rows": train_rows,
                            "threads": max(1, int(refine.cpus_per_worker))},
+        datasets=_datasets(*data),
+        dataset_config=DataConfig(datasets_to_split=["train"],
+                                  execution_options=ExecutionOptions(preserve_order=True)),
         scaling_config=ScalingConfig(num_workers=refine.workers, use_gpu=use_gpu,
                                      resources_per_worker=resources),
         run_config=RunConfig(name=run_name, storage_path=path, storage_filesystem=fs,

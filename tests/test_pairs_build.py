@@ -1,0 +1,135 @@
+"""Issue 14 end to end on real Ray, the real MiniLM teacher and the moto S3 server: an en-de build
+from CCMatrix-format pairs (an OPUS Moses zip with scores and a headerless CCMatrix TSV) on S3,
+with filters, global deduplication, ``max_pairs`` by score and a reproducible global shuffle."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as pds
+import pytest
+
+from swe import StaticModel, storage
+from swe.build import build, load_config
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=6",
+         "selection.candidates=40", "pca.sample=200", "pca.dim=64",
+         "extraction.batch_size=128", "extraction.job_sentences=1000", "refine.batch_size=32",
+         "refine.eval_every=5", "refine.checkpoint_every=5", "refine.cpus_per_worker=0.5"]
+
+
+def _fixture_module():
+    spec = importlib.util.spec_from_file_location("ccmatrix_fixture",
+                                                  ROOT / "benchmarks/ccmatrix_fixture.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def pairs(data_dir):
+    """3,000 real en-de pairs (Multi30k train), with CCMatrix-like scores for two releases."""
+    with gzip.open(data_dir / "parallel/en-de/multi30k_train.tsv.gz", "rt") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    seen, en, de = set(), [], []
+    for e, d in rows:
+        if e.strip() and d.strip() and e.casefold() != d.casefold() and (e, d) not in seen:
+            seen.add((e, d))
+            en.append(e)
+            de.append(d)
+        if len(en) == 3000:
+            break
+    rng = np.random.default_rng(7)
+    return en, de, rng.uniform(1.0, 1.3, 2000).round(7), rng.uniform(1.0, 1.3, 2000).round(7)
+
+
+def _write_releases(tmp: Path, pairs) -> tuple[Path, Path]:
+    """The zip holds pairs 0–1,999 (+ an untranslated copy), the TSV pairs 1,000–2,999: 1,000
+    duplicates across the two sources, each with two scores."""
+    fx = _fixture_module()
+    en, de, s_zip, s_tsv = pairs
+    zen, zde = [*en[:2000], "Hello world again"], [*de[:2000], "hello  WORLD again"]
+    zip_path, tsv_path = tmp / "de-en.txt.zip", tmp / "de-en.tsv.xz"
+    fx.write_moses_zip(zip_path, "en-de", zen, zde, np.append(s_zip, 1.25))
+    fx.write_ccmatrix_tsv(tsv_path, "en-de", en[1000:], de[1000:], s_tsv)
+    return zip_path, tsv_path
+
+
+def _split(out: str, name: str):
+    fs, path = storage.pyarrow_filesystem(f"{out}/work/train_data/{name}")
+    return pds.dataset(path, filesystem=fs, format="parquet").to_table()
+
+
+def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs):
+    en, de, s_zip, s_tsv = pairs
+    zip_path, tsv_path = _write_releases(tmp_path, pairs)
+    fs, _ = storage.filesystem(s3)
+    for p in (zip_path, tsv_path):
+        fs.put(str(p), f"{s3}/ccmatrix/{p.name}")
+    mono_en, mono_de = tmp_path / "en.txt", tmp_path / "de.txt"
+    mono_en.write_text("\n".join(en) + "\n")
+    mono_de.write_text("\n".join(de) + "\n")
+    out = f"{s3}/builds/ccmatrix-en-de"
+    cfg = load_config("pipelines/configs/quickstart.toml", [
+        *SMALL, "languages=['en', 'de']", f"corpus.en.paths=['{mono_en}']",
+        f"corpus.de.paths=['{mono_de}']", "corpus.en.split_sentences=false",
+        "corpus.de.split_sentences=false",
+        f"pairs.en-de.paths=['{s3}/ccmatrix/de-en.txt.zip', '{s3}/ccmatrix/de-en.tsv.xz']",
+        "pairs.en-de.max_pairs=2500", "refine.objective='contrastive'", "refine.dev_max=100",
+        "refine.max_steps=30", "refine.patience=100"], output=out)
+    report = build(cfg)
+    data = report["train_data"]
+    read = data.read["en-de"]
+    assert read["read"] == 4001 and read["identical"] == 1 and read["kept"] == 4000
+    assert data.duplicates == 1000 and data.over_max_pairs == 500
+    assert data.pairs == {"en-de": 2500} and data.dev_rows == 100 and data.train_rows == 2400
+
+    # Exactly the 2,500 best-scored distinct pairs (a duplicate's best score counts),
+    # English on the src side whatever the files' column order.
+    best = {}
+    for i in range(3000):
+        scores = ([s_zip[i]] if i < 2000 else []) + ([s_tsv[i - 1000]] if i >= 1000 else [])
+        best[(en[i], de[i])] = max(scores)
+    wanted = set(sorted(best, key=best.get, reverse=True)[:2500])
+    train, dev = _split(out, "train"), _split(out, "dev")
+    got = list(zip(train.column("src").to_pylist() + dev.column("src").to_pylist(),
+                   train.column("tgt").to_pylist() + dev.column("tgt").to_pylist(), strict=True))
+    assert len(got) == 2500 and set(got) == wanted
+    kept_scores = train.column("score").to_pylist() + dev.column("score").to_pylist()
+    assert sorted(kept_scores) == sorted(best[p] for p in wanted)
+    # The global shuffle: validation is the tail of one seed-keyed order.
+    assert dev.column("k").to_numpy().min() > train.column("k").to_numpy().max()
+    r = report["refine"]
+    assert r.best_dev_loss < r.initial_dev_loss
+    assert StaticModel.load(f"{out}/model").languages == ["en", "de"]
+
+
+def test_aligned_files_of_different_lengths_stop_the_build_naming_both(ray_session, tmp_path,
+                                                                       pairs):
+    """Two aligned files of different lengths: one line naming both files and both counts."""
+    from swe.build import ConfigError
+
+    en, de, _, _ = pairs
+    fx = _fixture_module()
+    fx.write_aligned(tmp_path / "train", "en-de", en[:500], de[:500])
+    (tmp_path / "train.de").write_text("\n".join(de[:499]) + "\n")
+    (tmp_path / "en.txt").write_text("\n".join(en[:500]) + "\n")
+    (tmp_path / "de.txt").write_text("\n".join(de[:500]) + "\n")
+    cfg = load_config("pipelines/configs/quickstart.toml", [
+        *SMALL, "languages=['en', 'de']", f"corpus.en.paths=['{tmp_path / 'en.txt'}']",
+        f"corpus.de.paths=['{tmp_path / 'de.txt'}']", "corpus.en.split_sentences=false",
+        "corpus.de.split_sentences=false",
+        f"pairs.en-de.paths=['{tmp_path / 'train.en'}', '{tmp_path / 'train.de'}']",
+        "refine.objective='contrastive'"], output=str(tmp_path / "out"))
+    with pytest.raises((ValueError, ConfigError)) as info:
+        build(cfg, until="train_data")
+    message = str(info.value)
+    assert "\n" not in message and "Traceback" not in message, message
+    assert "train.en" in message and "train.de" in message
+    assert "500" in message and "499" in message
