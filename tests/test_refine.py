@@ -166,11 +166,12 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
         proc, log = driver(extra, log_name)
         try:
             deadline = time.time() + 400
-            while not list((out / "work/refine/runs").glob("refine-*/checkpoint_*")):
+            # the controller's snapshot is written once a checkpoint is registered
+            while not list((out / "work/refine/runs").glob(
+                    "refine-*/checkpoint_manager_snapshot.json")):
                 assert proc.poll() is None, log.read_text()[-3000:]
                 assert time.time() < deadline, "no refine checkpoint appeared"
                 time.sleep(0.1)
-            time.sleep(1.0)  # let the checkpoint's files land
         finally:
             kill_session(proc.pid)
         assert not (out / "work/refine/_DONE.json").exists()
