@@ -104,6 +104,7 @@ class Lease:
     def holder(self) -> dict[str, Any] | None:
         """The lease as written (``heartbeat_age_s`` added), or ``None`` when there is none."""
         fs, path = storage.filesystem(self.url)
+        fs.invalidate_cache(path)  # never judge by a cached listing of the output (s3fs)
         try:
             raw = storage.read_bytes(self.url)
             info = json.loads(raw.decode("utf-8"))

@@ -110,25 +110,19 @@ def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs):
     assert StaticModel.load(f"{out}/model").languages == ["en", "de"]
 
 
-def test_aligned_files_of_different_lengths_stop_the_build_naming_both(ray_session, tmp_path,
-                                                                       pairs):
-    """Two aligned files of different lengths: one line naming both files and both counts."""
-    from swe.build import ConfigError
+def test_aligned_files_of_different_lengths_stop_with_one_line_naming_both(ray_session,
+                                                                          tmp_path, pairs):
+    """Two aligned files of different lengths, read by the stage's Ray Data tasks: one line
+    naming both files and both counts, no traceback."""
+    from swe.build.pairs import PairsConfig, plan_sources
+    from swe.build.stages.train_data import read_pairs
 
     en, de, _, _ = pairs
-    fx = _fixture_module()
-    fx.write_aligned(tmp_path / "train", "en-de", en[:500], de[:500])
+    _fixture_module().write_aligned(tmp_path / "train", "en-de", en[:500], de[:500])
     (tmp_path / "train.de").write_text("\n".join(de[:499]) + "\n")
-    (tmp_path / "en.txt").write_text("\n".join(en[:500]) + "\n")
-    (tmp_path / "de.txt").write_text("\n".join(de[:500]) + "\n")
-    cfg = load_config("pipelines/configs/quickstart.toml", [
-        *SMALL, "languages=['en', 'de']", f"corpus.en.paths=['{tmp_path / 'en.txt'}']",
-        f"corpus.de.paths=['{tmp_path / 'de.txt'}']", "corpus.en.split_sentences=false",
-        "corpus.de.split_sentences=false",
-        f"pairs.en-de.paths=['{tmp_path / 'train.en'}', '{tmp_path / 'train.de'}']",
-        "refine.objective='contrastive'"], output=str(tmp_path / "out"))
-    with pytest.raises((ValueError, ConfigError)) as info:
-        build(cfg, until="train_data")
+    cfg = PairsConfig(paths=[str(tmp_path / "train.en"), str(tmp_path / "train.de")])
+    with pytest.raises(ValueError) as info:
+        read_pairs(plan_sources("en-de", cfg), {"en-de": cfg}, str(tmp_path / "stats"), 0)
     message = str(info.value)
     assert "\n" not in message and "Traceback" not in message, message
     assert "train.en" in message and "train.de" in message

@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["PairsConfig", "Result", "TeacherEmbedder", "pair_languages", "sample_partition",
-           "split_urls"]
+__all__ = ["PairsConfig", "Result", "TeacherEmbedder", "pair_languages", "read_pairs",
+           "sample_partition", "split_urls"]
 
 log = logging.getLogger("swe.build")
 NAME = "train_data"
@@ -185,16 +185,10 @@ def _pair_splits(ctx: BuildContext, st: StageDir) -> tuple[Any, Any, dict]:
     """Read, filter, deduplicate, cap and shuffle every pair source; ``(train, dev, stats)``."""
     import ray
 
-
     cfg = ctx.cfg
     sources = [s for key, p in cfg.pairs.items() for s in pairs.plan_sources(key, p)]
-    items = [{"i": i, "source": json.dumps(asdict(s))} for i, s in enumerate(sources)]
     stats_dir = st.path("read")
-    ds = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map_batches(
-        read_pair_source, batch_size=1, batch_format="pyarrow", num_cpus=0.5,
-        fn_kwargs={"configs": {k: asdict(p) for k, p in cfg.pairs.items()},
-                   "stats_dir": stats_dir, "seed": cfg.seed})
-    ds = _materialized(ds)  # a bad file stops here, named in one line
+    ds = read_pairs(sources, cfg.pairs, stats_dir, cfg.seed)
     if any(p.dedup for p in cfg.pairs.values()):
         parts = max(4, 2 * int(ray.cluster_resources().get("CPU", 1)))
         ds = ds.repartition(parts, keys=["h"], sort=True).map_batches(
@@ -204,7 +198,7 @@ def _pair_splits(ctx: BuildContext, st: StageDir) -> tuple[Any, Any, dict]:
     deduplicated = ds.count()
     ds = _cap_pairs(ds, cfg.pairs)
     train, dev, n = _split_last(ds, cfg.refine.dev_max)
-    read = _read_stats(stats_dir, len(items), sources)
+    read = _read_stats(stats_dir, len(sources), sources)
     if not n:
         raise ValueError("no translation pair kept from the [pairs] sources: "
                          f"{_describe(read)}")
@@ -218,9 +212,18 @@ def _pair_splits(ctx: BuildContext, st: StageDir) -> tuple[Any, Any, dict]:
     return train.drop_columns(["h", "rank"]), dev.drop_columns(["h", "rank"]), stats
 
 
-def _materialized(ds: Any) -> Any:
-    """``ds.materialize()``; the user's own error in a read task (a file named with what is
-    wrong with it) is raised as itself, without Ray's traceback."""
+def read_pairs(sources: list, configs: Mapping[str, PairsConfig], stats_dir: str,
+               seed: int) -> Any:
+    """Every source read and filtered by Ray Data tasks (one per source), with ``h``, ``k`` and
+    ``rank`` columns; materialised in the object store. A bad file stops here: its error (the
+    file named with what is wrong with it) is raised as itself, without Ray's traceback."""
+    import ray
+
+    items = [{"i": i, "source": json.dumps(asdict(s))} for i, s in enumerate(sources)]
+    ds = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map_batches(
+        read_pair_source, batch_size=1, batch_format="pyarrow", num_cpus=0.5,
+        fn_kwargs={"configs": {k: asdict(p) for k, p in configs.items()},
+                   "stats_dir": stats_dir, "seed": seed})
     try:
         return ds.materialize()
     except Exception as e:
