@@ -66,7 +66,7 @@ def _split(out: str, name: str):
     return pds.dataset(path, filesystem=fs, format="parquet").to_table()
 
 
-def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs):
+def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs, data_dir):
     en, de, s_zip, s_tsv = pairs
     zip_path, tsv_path = _write_releases(tmp_path, pairs)
     fs, _ = storage.filesystem(s3)
@@ -82,7 +82,7 @@ def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs):
         "corpus.de.split_sentences=false",
         f"pairs.en-de.paths=['{s3}/ccmatrix/de-en.txt.zip', '{s3}/ccmatrix/de-en.tsv.xz']",
         "pairs.en-de.max_pairs=2500", "refine.objective='contrastive'", "refine.dev_max=100",
-        "refine.max_steps=30", "refine.patience=100"], output=out)
+        "refine.max_steps=40", "refine.patience=100"], output=out)
     report = build(cfg)
     data = report["train_data"]
     read = data.read["en-de"]
@@ -107,7 +107,19 @@ def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs):
     assert dev.column("k").to_numpy().min() > train.column("k").to_numpy().max()
     r = report["refine"]
     assert r.best_dev_loss < r.initial_dev_loss
-    assert StaticModel.load(f"{out}/model").languages == ["en", "de"]
+    model = StaticModel.load(f"{out}/model")
+    assert model.languages == ["en", "de"] and report["vocab"].sizes == {"en": 150, "de": 150}
+    # Both languages' words; a string in both vocabularies is one row (as in the paper).
+    assert len(model) < 300 and "Mann" in model.words and "man" in model.words
+    # Held-out pairs (Multi30k validation): translation retrieval improves over step 2.
+    with gzip.open(data_dir / "parallel/en-de/multi30k_val.tsv.gz", "rt") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:301]
+    val_en, val_de = [r[0] for r in rows], [r[1] for r in rows]
+    from swe.eval.metrics import top_k
+
+    acc = [float(np.mean(top_k(m.encode(val_de), m.encode(val_en), 1)[1][:, 0] == np.arange(300)))
+           for m in (StaticModel.load(f"{out}/step2"), model)]
+    assert acc[1] > acc[0]
 
 
 def test_aligned_files_of_different_lengths_stop_with_one_line_naming_both(ray_session,

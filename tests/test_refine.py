@@ -1,11 +1,12 @@
 """Step 3 on real Ray Train with the real MiniLM teacher: distillation lowers the validation
-loss, a killed Train worker resumes from its checkpoint, and a bilingual build trains on pairs."""
+loss, a killed Train worker or driver resumes from its checkpoint (bilingual builds from
+translation pairs: tests/test_pairs_build.py)."""
 
-import gzip
 import json
 import logging
 import lzma
 import os
+import shutil
 import signal
 import threading
 import time
@@ -34,6 +35,14 @@ def corpus(tmp_path_factory, data_dir):
     path = tmp_path_factory.mktemp("refine-corpus") / "en.txt"
     path.write_text("".join(lines))
     return path
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, corpus):
+    """The small distill build up to train_data, made once; tests copy it and train."""
+    out = tmp_path_factory.mktemp("refine-prepared") / "build"
+    build(_cfg(out, corpus), until="train_data")
+    return out
 
 
 def _cfg(output, corpus, extra=()):
@@ -68,11 +77,11 @@ def test_distillation_lowers_validation_loss(s3, corpus):
     assert build(_cfg(out, corpus, extra))["refine"] == r
 
 
-def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
+def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared):
     out = tmp_path / "killed"
+    shutil.copytree(prepared, out)
     cfg = _cfg(out, corpus, ["refine.max_steps=120", "refine.patience=1000",
                              "refine.max_failures=2"])
-    build(cfg, until="train_data")
     killed: list[int] = []
 
     def kill_after_first_checkpoint():
@@ -99,44 +108,8 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus):
     assert steps == list(range(5, 121, 5))  # continued from the checkpoint: no step repeated
 
 
-def test_bilingual_contrastive_build(tmp_path, data_dir):
-    """en + de vocabularies from real corpora, contrastive refinement on real en-de pairs."""
-    par = data_dir / "parallel/en-de"
-    pairs = tmp_path / "pairs.tsv"
-    with gzip.open(par / "multi30k_train.tsv.gz", "rt") as f:
-        pairs.write_text("".join(next(f) for _ in range(1501)))
-    de_mono = tmp_path / "de.txt"
-    with lzma.open(data_dir / "corpora/other_mono/de_10kGNAD_test_sents.txt.xz", "rt") as f:
-        de_mono.write_text("".join(next(f) for _ in range(1500)))
-    out = tmp_path / "en-de"
-    cfg = load_config("pipelines/configs/quickstart.toml", [
-        *SMALL, "languages=['en', 'de']", f"corpus.en.paths=['{pairs}']",
-        f"corpus.de.paths=['{pairs}', '{de_mono}']", "corpus.de.split_sentences=false",
-        f"pairs.en-de.paths=['{pairs}']", "refine.objective='contrastive'",
-        "refine.dev_max=100", "refine.max_steps=40", "refine.patience=100"], output=str(out))
-    report = build(cfg)
-    assert report["vocab"].sizes["en"] == 150 and report["vocab"].sizes["de"] == 150
-    assert report["train_data"].pairs == {"en-de": 1500}
-    assert report["train_data"].dev_rows == 100
-    r = report["refine"]
-    assert r.best_dev_loss < r.initial_dev_loss
-    model = StaticModel.load(out / "model")
-    assert model.languages == ["en", "de"]
-    # Both languages' words, strings shared by the two vocabularies merged into one row.
-    assert len(model) < 300 and "Mann" in model.words and "man" in model.words
-    # Held-out pairs (Multi30k validation): translation retrieval improves over step 2.
-    with gzip.open(par / "multi30k_val.tsv.gz", "rt") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f][1:301]
-    en, de = [r[0] for r in rows], [r[1] for r in rows]
-    from swe.eval.metrics import top_k
-
-    acc = [float(np.mean(top_k(m.encode(de), m.encode(en), 1)[1][:, 0] == np.arange(300)))
-           for m in (StaticModel.load(out / "step2"), model)]
-    assert acc[1] > acc[0]
-
-
 def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_runs(
-        tmp_path, corpus, caplog):
+        tmp_path, corpus, caplog, prepared):
     """Issue 14: SIGKILL the driver (and its local Ray) once refine has a checkpoint; the
     rerun resumes from it (no step repeated). A killed run's checkpoints, then a changed refine
     config: they are removed, and the log says so."""
@@ -148,6 +121,7 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "refine-kill"
+    shutil.copytree(prepared, out)  # the driver is killed inside refine
     base = [*SMALL, f"corpus.en.paths=['{corpus}']", "refine.objective='distill'",
             "refine.max_steps=200", "refine.patience=1000"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
