@@ -2,9 +2,12 @@
 
 Inference rule (Wada et al. 2025): split text into word units (``swe.text``), drop punctuation,
 look each unit up exactly, then lowercased; an out-of-vocabulary unit is split with the teacher's
-tokenizer and its last subword dropped repeatedly until the joined remainder is in the vocabulary;
-a unit that never matches is skipped. Every surface form's resolution is memoised, so the hot loop
-is one C-level dict lookup per word plus a vectorised gather and ``np.add.reduceat``.
+tokenizer and its last subword dropped repeatedly until the joined remainder is in the vocabulary
+(``oov="subword"``, the paper's rule); ``oov="prefix"`` then also tries the longest vocabulary
+word that is a prefix of the unit at any character (at least ``PREFIX_MIN`` characters: ``playing``
+→ ``play`` though the teacher keeps ``playing`` whole); a unit that never matches is skipped.
+Every surface form's resolution is memoised, so the hot loop is one C-level dict lookup per
+word plus a vectorised gather and ``np.add.reduceat``.
 
 Needs numpy, safetensors, tokenizers and blingfire only: never torch.
 """
@@ -35,8 +38,8 @@ from swe.modelfiles import (
 )
 from swe.text import cjk_split, has_cjk, is_punctuation, language, strip_marker, words
 
-__all__ = ["DTYPES", "FORMAT_VERSION", "SCALES", "ModelFileError", "StaticModel",
-           "dequantize_int8", "quantize_int8"]
+__all__ = ["DTYPES", "FORMAT_VERSION", "OOV_RULES", "PREFIX_MIN", "SCALES", "ModelFileError",
+           "StaticModel", "dequantize_int8", "quantize_int8"]
 
 MAX_TOKENIZER_BYTES = 256 << 20  # a bigger tokenizer.json is refused (the largest known: ~20 MB)
 _TENSOR = "embeddings"
@@ -45,6 +48,9 @@ _SCALES = "scales"  # int8 models: float32 [V] (scale "row") or [1] (scale "glob
 DTYPES = ("float32", "float16", "int8")
 #: int8 scale schemes: one scale per row (word) or one for the whole matrix.
 SCALES = ("row", "global")
+#: Out-of-vocabulary rules: the teacher-subword rule alone, or it then a character prefix.
+OOV_RULES = ("subword", "prefix")
+PREFIX_MIN = 3  # the shortest vocabulary word the ``prefix`` rule falls back to
 _F16_MAX = float(np.finfo(np.float16).max)
 _SKIP = -1  # a unit that contributes nothing (punctuation, never matched)
 _MEMO_LIMIT = 4_000_000  # distinct surface forms remembered before the memo is reset
@@ -91,7 +97,10 @@ class StaticModel:
         lowercase: bool = True,
         languages: Sequence[str] = ("en",),
         provenance: dict[str, Any] | None = None,
+        oov: str = "subword",
     ) -> None:
+        if oov not in OOV_RULES:
+            raise ValueError(f"oov must be one of {OOV_RULES}, got {oov!r}")
         words = list(words)
         vectors = np.asarray(vectors)
         if vectors.ndim != 2 or vectors.shape[0] != len(words):
@@ -117,6 +126,7 @@ class StaticModel:
         self.words = words
         self.vectors = vectors
         self.lowercase = bool(lowercase)
+        self.oov = oov
         self.tokenizer = storage.load_tokenizer(tokenizer) if tokenizer is not None else None
         self._unk = unk_token(self.tokenizer)
         self.provenance = dict(provenance or {})
@@ -135,7 +145,8 @@ class StaticModel:
 
         ``options`` are the constructor's: ``tokenizer`` (teacher model dir, tokenizer.json, or
         ``tokenizers.Tokenizer``) is used only for the out-of-vocabulary rule and to split
-        Chinese/Japanese; ``lowercase`` enables the lowercased second lookup; ``provenance``.
+        Chinese/Japanese; ``lowercase`` enables the lowercased second lookup; ``oov`` picks the
+        out-of-vocabulary rule (:data:`OOV_RULES`); ``provenance``.
         """
         langs = [language] if isinstance(language, str) else list(language)
         return cls(words, vectors, languages=langs, **options)
@@ -150,12 +161,13 @@ class StaticModel:
 
     def __repr__(self) -> str:
         return (f"StaticModel(vocab={len(self)}, dim={self.dim}, languages={self.languages}, "
-                f"lowercase={self.lowercase}, oov_tokenizer={self.tokenizer is not None})")
+                f"lowercase={self.lowercase}, oov={self.oov!r}, "
+                f"oov_tokenizer={self.tokenizer is not None})")
 
     # -- the inference rule -------------------------------------------------------------------
 
     def _lookup(self, unit: str) -> int:
-        """Exact, then lowercased, then the teacher-subword OOV rule; ``_SKIP`` if none match."""
+        """Exact, then lowercased, then the OOV rule; ``_SKIP`` if none match."""
         if is_punctuation(unit):
             return _SKIP
         i = self._index.get(unit)
@@ -163,6 +175,8 @@ class StaticModel:
             i = self._index.get(unit.lower())
         if i is None and self.tokenizer is not None:
             i = self._oov(unit)
+        if i is None and self.oov == "prefix":
+            i = self._prefix(unit)
         return _SKIP if i is None or self._base_codes[self.words[i]] == _SKIP else i
 
     def _oov(self, unit: str) -> int | None:
@@ -173,6 +187,17 @@ class StaticModel:
             i = self._index.get(joined)
             if i is None and self.lowercase:
                 i = self._index.get(joined.lower())
+            if i is not None:
+                return i
+        return None
+
+    def _prefix(self, unit: str) -> int | None:
+        """The longest vocabulary word (as is, then lowercased) that is a proper prefix of
+        ``unit`` and at least :data:`PREFIX_MIN` characters long."""
+        for n in range(len(unit) - 1, PREFIX_MIN - 1, -1):
+            i = self._index.get(unit[:n])
+            if i is None and self.lowercase:
+                i = self._index.get(unit[:n].lower())
             if i is not None:
                 return i
         return None
@@ -343,6 +368,7 @@ class StaticModel:
             "pooling": "mean",
             "normalize": True,
             "lowercase": self.lowercase,
+            "oov": self.oov,
             "languages": self.languages,
             "tokenizer": "tokenizer.json" if self.tokenizer is not None else None,
             "provenance": self.provenance,
@@ -390,6 +416,7 @@ class StaticModel:
         try:
             return cls(vocab, vectors, tokenizer=tokenizer,
                        lowercase=folder.get("lowercase", bool),
+                       oov=folder.get("oov", str, "subword"),
                        languages=folder.get("languages", list),
                        provenance=folder.get("provenance", (dict, type(None)), None))
         except ValueError as e:

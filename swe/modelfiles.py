@@ -165,7 +165,7 @@ class ModelFolder:
         if self.files is not None:
             entry = self.files.get(name)
             if not isinstance(entry, dict):
-                raise ModelFileError(f"{self.config_path} records no checksum for {name}; save "
+                raise ModelFileError(f"{self.config_path} records no checksum for {name!r}; save "
                                      "the model again")
         data = _read_limited(path, limit)
         if entry is not None and (len(data) != entry.get("bytes")

@@ -56,6 +56,37 @@ def test_oov_drops_last_subwords_until_known(model, minilm):
                                rtol=1e-5)
 
 
+def test_prefix_rule_falls_back_to_the_longest_character_prefix(minilm, tmp_path):
+    words = ["play", "pla", "cat", "catalog", "the"]
+    subword = _model(words, tokenizer=minilm)
+    prefix = _model(words, tokenizer=minilm, oov="prefix")
+    # "playing" is one MiniLM token: the paper's rule finds nothing, the prefix rule "play".
+    assert subword.tokenize("playing Playful") == [("playing", None), ("Playful", None)]
+    assert prefix.tokenize("playing Playful") == [("playing", "play"), ("Playful", "play")]
+    # The longest prefix wins; none shorter than PREFIX_MIN characters; the subword rule first.
+    assert prefix.tokenize("catalogues cats ca thereby") == [
+        ("catalogues", "catalog"), ("cats", "cat"), ("ca", None), ("thereby", "the")]
+    np.testing.assert_allclose(prefix.encode("playing cats"), _mean(prefix, ["play", "cat"]),
+                               rtol=1e-5)
+    # Without a tokenizer the prefix rule still applies; the rule survives save and load.
+    assert _model(words, oov="prefix").tokenize("playing") == [("playing", "play")]
+    prefix.save(tmp_path / "m")
+    assert StaticModel.load(tmp_path / "m").oov == "prefix"
+    with pytest.raises(ValueError, match="oov must be one of"):
+        _model(words, oov="wordpiece")
+
+
+def test_model_files_without_an_oov_key_use_the_subword_rule(minilm, tmp_path):
+    import json
+
+    _model(["play"], tokenizer=minilm).save(tmp_path / "m")
+    conf = json.loads((tmp_path / "m/config.json").read_text())
+    assert conf["oov"] == "subword"
+    del conf["oov"]  # a model saved before the key existed
+    (tmp_path / "m/config.json").write_text(json.dumps(conf))
+    assert StaticModel.load(tmp_path / "m").tokenize("playing") == [("playing", None)]
+
+
 def test_oov_without_tokenizer_skips():
     m = _model(["hyper"])
     assert m.tokenize("hyperparameterization") == [("hyperparameterization", None)]

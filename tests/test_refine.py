@@ -26,6 +26,9 @@ SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection
          "extraction.job_sentences=1000", "refine.batch_size=32", "refine.eval_every=5",
          "refine.checkpoint_every=5",
          "refine.cpus_per_worker=0.5"]
+# The prepared build (kill tests) distils on every selected sentence with the prefix OOV rule;
+# test_distillation_lowers_validation_loss covers the drawn sentences and the paper's rule.
+SELECTED = ["refine.sentences='selected'", "oov='prefix'", "refine.dev_max=50"]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +44,7 @@ def corpus(tmp_path_factory, data_dir):
 def prepared(tmp_path_factory, corpus):
     """The small distill build up to train_data, made once; tests copy it and train."""
     out = tmp_path_factory.mktemp("refine-prepared") / "build"
-    build(_cfg(out, corpus), until="train_data")
-    return out
+    return out, build(_cfg(out, corpus, SELECTED), until="train_data")
 
 
 def _cfg(output, corpus, extra=()):
@@ -77,10 +79,30 @@ def test_distillation_lowers_validation_loss(s3, corpus):
     assert build(_cfg(out, corpus, extra))["refine"] == r
 
 
+def test_selected_sentences_are_labelled_by_the_extraction_pass(prepared, minilm):
+    """``refine.sentences = 'selected'``: every selected sentence, with the embedding the
+    extraction pass pooled, equal to the teacher's own; the OOV rule reaches the models."""
+    import pyarrow.dataset as pds
+
+    from swe.build.teacher import Teacher
+
+    out, report = prepared
+    n = report["selection"].unique_sentences
+    data = report["train_data"]
+    assert data.dev_rows == 50 and data.train_rows + data.dev_rows == n
+    rows = pds.dataset(out / "work/train_data/train", format="parquet").to_table().to_pylist()
+    assert len({r["src"] for r in rows}) == len(rows) == n - 50
+    sample = rows[:: max(1, len(rows) // 40)]
+    want = Teacher(str(minilm)).embed([r["src"] for r in sample])
+    np.testing.assert_allclose([r["teacher"] for r in sample], want, atol=2e-5)
+    for step in ("step1", "step2", "model"):
+        assert StaticModel.load(out / step).oov == "prefix"
+
+
 def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared):
     out = tmp_path / "killed"
-    shutil.copytree(prepared, out)
-    cfg = _cfg(out, corpus, ["refine.max_steps=120", "refine.patience=1000",
+    shutil.copytree(prepared[0], out)
+    cfg = _cfg(out, corpus, [*SELECTED, "refine.max_steps=120", "refine.patience=1000",
                              "refine.max_failures=2"])
     killed: list[int] = []
 
@@ -121,8 +143,8 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "refine-kill"
-    shutil.copytree(prepared, out)  # the driver is killed inside refine
-    base = [*SMALL, f"corpus.en.paths=['{corpus}']", "refine.objective='distill'",
+    shutil.copytree(prepared[0], out)  # the driver is killed inside refine
+    base = [*SMALL, *SELECTED, f"corpus.en.paths=['{corpus}']", "refine.objective='distill'",
             "refine.max_steps=200", "refine.patience=1000"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
 
@@ -165,7 +187,7 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
     # config: the killed run's checkpoints go, and the log says so.
     (out / "work/refine/_DONE.json").unlink()
     with caplog.at_level(logging.WARNING, logger="swe.build"):
-        build(_cfg(out, corpus, ["refine.max_steps=10", "refine.patience=1000",
+        build(_cfg(out, corpus, [*SELECTED, "refine.max_steps=10", "refine.patience=1000",
                                  "refine.lr=0.002"]))
     left = {p.name for p in (out / "work/refine/runs").glob("refine-*")}
     assert len(left) == 1 and not left & first_runs

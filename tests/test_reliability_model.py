@@ -203,7 +203,7 @@ SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_
 JSONISH = st.recursive(SCALARS, lambda c: st.lists(c, max_size=3)
                        | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=6)
 KEYS = ["format", "format_version", "lowercase", "languages", "tokenizer", "provenance", "files",
-        "dtype", "scale"]
+        "dtype", "scale", "oov"]
 
 
 @HYPO

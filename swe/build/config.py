@@ -51,6 +51,11 @@ class BuildConfig:
         "nonempty": True, "help": "ISO 639-1 codes of the corpus languages"})
     output: str = field(default="", metadata={"help": "output dir or s3:// prefix (--output)"})
     seed: int = field(default=0, metadata={"min": 0, "help": "seed of every random sample"})
+    oov: str = field(default="subword", metadata={"choices": {
+        "subword": "the paper's: the longest teacher-subword prefix",
+        "prefix": "then the longest vocabulary prefix at any character"},
+        "help": "out-of-vocabulary rule of the saved models (step 1 keeps the rule it was "
+                "extracted with)"})
     corpus: dict[str, CorpusConfig] = field(default_factory=dict)
     sentences: SentenceConfig = field(default_factory=SentenceConfig)
     vocab: VocabConfig = field(default_factory=VocabConfig)

@@ -77,7 +77,7 @@ class BuildContext:
         """Save ``<output>/<step>`` (and ``<output>/model`` when ``publish``) with provenance."""
         model = StaticModel.from_vectors(words, vectors, tokenizer=self.teacher,
                                          language=self.cfg.languages,
-                                         provenance=self.provenance(step))
+                                         provenance=self.provenance(step), oov=self.cfg.oov)
         model.save(self.path(step))
         if publish:
             model.save(self.path("model"))

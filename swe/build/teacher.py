@@ -104,6 +104,10 @@ class Teacher:
     def embed(self, texts: list[str]) -> np.ndarray:
         """Pooled sentence embeddings as the teacher defines them (mean or CLS, normalised)."""
         hidden, _, mask = self.hidden_states(texts)
+        return self.pool(hidden, mask)
+
+    def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Sentence embeddings from :meth:`hidden_states` output (the teacher's pooling)."""
         if self.spec.pooling == "cls":
             out = hidden[:, 0]
         else:

@@ -9,6 +9,10 @@ adds those up per selection part; each part's sums are saved with a shard marker
 its sentences are in, so a killed build resumes part by part. The partial sums then give each
 word's mean vector; identical strings across languages are averaged.
 
+With ``refine.sentences = "selected"`` the same forward pass also pools each sentence as the
+teacher does (its prefix and pooling: :meth:`Teacher.pool`) and writes the embeddings beside the
+sentences (``targets/``), so step 3 distils on every selected sentence at no extra teacher cost.
+
 ``mode = "model2vec"`` instead embeds every vocabulary entry alone (Model2Vec's extraction).
 """
 
@@ -96,8 +100,21 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
 
 
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
-    """The mode (the actor pool's settings do not change the vectors)."""
-    return (cfg.extraction.mode,)
+    """The mode, and whether it writes sentence embeddings (the actor pool's settings do not
+    change the vectors)."""
+    return (cfg.extraction.mode,) + (("targets",) if writes_targets(cfg) else ())
+
+
+def writes_targets(cfg: BuildConfig) -> bool:
+    """Whether the pass also writes each selected sentence's teacher embedding (step 3 then
+    distils on all of them)."""
+    return (cfg.extraction.mode == "sentence" and cfg.refine.objective == "distill"
+            and cfg.refine.sentences == "selected")
+
+
+def targets_url(stage_dir: str) -> str:
+    """The folder of ``(sid, src, teacher)`` Parquet files the pass writes (one per batch)."""
+    return storage.join(stage_dir, "targets")
 
 
 def partitions(cfg: BuildConfig, words: int, dim: int = 1024) -> int:
@@ -124,7 +141,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
                       "vocab.size")
     (words,) = run_sharded(st, [("assemble", lambda: assemble.remote(
         st.dir, p, {lang: ctx.work("vocab", f"{lang}.parquet") for lang in ctx.cfg.languages},
-        ctx.teacher, ctx.provenance("step1"), ctx.path("step1")))])
+        ctx.teacher, ctx.provenance("step1"), ctx.path("step1"), ctx.cfg.oov))])
     return Result(**stats, word_vectors=sum(r["vectors"] for r in reduced),
                   words=words["words"], words_without_vectors=total - words["with_vectors"])
 
@@ -196,7 +213,8 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
                 "vocab": {lang: ctx.work("vocab", f"{lang}.parquet") for lang in offsets},
                 "token_budget": ex.token_budget, "mode": ex.mode,
                 "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
-                "trust_remote_code": ctx.cfg.trust_remote_code}}
+                "trust_remote_code": ctx.cfg.trust_remote_code,
+                "targets": writes_targets(ctx.cfg)}}
     progress = Progress("extraction", sum(sum(waves[w][0].values()) for w in todo), "sentences")
     t0 = time.perf_counter()
     try:
@@ -215,10 +233,13 @@ def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progres
     expected, make = waves[w]
     out = st.path("sums", f"wave{w:05d}")
     storage.remove_tree(out)  # a killed attempt's files
+    storage.remove_tree(storage.join(targets_url(st.dir), f"wave{w:05d}"))
     log.debug("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),
               len(expected), sum(expected.values()))
+    kwargs = pool["fn_constructor_kwargs"]
     ds = make().map_batches(Extractor, **{**pool, "fn_constructor_kwargs": {
-        **pool["fn_constructor_kwargs"], "out": out}})
+        **kwargs, "out": out, "targets": storage.join(targets_url(st.dir), f"wave{w:05d}")
+        if kwargs["targets"] else None}})
     seen: dict[str, int] = {}
     for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
         for part, n in zip(batch.column("part").to_pylist(),
@@ -256,7 +277,7 @@ def reduce_sums(stage_dir: str, part: int, parts: int, total: int, waves: int) -
 
 
 def assemble_step1(stage_dir: str, parts: int, vocab: dict[str, str], teacher: str,
-                   provenance: dict, dst: str) -> dict:
+                   provenance: dict, dst: str, oov: str = "subword") -> dict:
     """The step-1 model from the partitions' mean vectors (words in vocabulary order);
     identical strings across languages are averaged."""
     from swe.model import StaticModel
@@ -272,7 +293,7 @@ def assemble_step1(stage_dir: str, parts: int, vocab: dict[str, str], teacher: s
     words = list(merged)
     vectors = np.stack([z["vector"][rows].mean(axis=0) for rows in merged.values()])
     StaticModel.from_vectors(words, vectors.astype(np.float32), tokenizer=teacher,
-                             language=list(vocab), provenance=provenance).save(dst)
+                             language=list(vocab), provenance=provenance, oov=oov).save(dst)
     return {"words": len(words), "with_vectors": len(z["word_id"]), "node": node_id()}
 
 
@@ -335,13 +356,16 @@ class Extractor:
     """Ray Data actor: sentences + the word ids they serve → fixed-point per-word sums.
 
     Each batch's sums are written by word partition to ``<out>/p<P>/b<first sid>.npz`` (a
-    retried batch rewrites the same files); the actor returns only ``(part, sentences)`` rows, so
-    the driver can check that every sentence of every part was processed exactly once.
+    retried batch rewrites the same files); with ``targets`` (a folder) also each sentence's
+    pooled teacher embedding to ``<targets>/b<first sid>.parquet``. The actor returns only
+    ``(part, sentences)`` rows, so the driver can check that every sentence of every part was
+    processed exactly once.
     """
 
     def __init__(self, teacher_dir: str, vocab: dict[str, str], lang_offset: dict[str, int],
                  total: int, parts: int, out: str, token_budget: int, mode: str = "sentence",
-                 threads: int | None = 1, trust_remote_code: bool = False) -> None:
+                 threads: int | None = 1, trust_remote_code: bool = False,
+                 targets: str | None = None) -> None:
         import torch
 
         from swe.build.teacher import Teacher
@@ -358,6 +382,7 @@ class Extractor:
         self.budget = token_budget
         self.mode = mode
         self.shift = len(self.teacher.spec.prefix)
+        self.targets = targets
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Write one batch's per-word sums; its sentences per part."""
@@ -367,17 +392,26 @@ class Extractor:
         parts = [_part_key(p) for p in batch.column(col).to_pylist()]
         sums: dict[int, np.ndarray] = {}
         counts: dict[int, int] = {}
+        pooled = np.zeros((len(texts), self.teacher.dim), np.float32) if self.targets else None
         for idx in length_batches(batch.column("ntok").to_numpy(), self.budget):
             hidden, offsets, mask = self.teacher.hidden_states([texts[i] for i in idx])
+            if pooled is not None:
+                pooled[idx] = self.teacher.pool(hidden, mask)
             for j, i in enumerate(idx):
                 for gid, tok_idx in self._targets(batch, i, texts[i], langs[i], offsets[j],
                                                   mask[j]):
                     v = to_fixed(hidden[j, tok_idx].mean(axis=0, dtype=np.float64))
                     sums[gid] = sums[gid] + v if gid in sums else v
                     counts[gid] = counts.get(gid, 0) + 1
+        first = f"b{int(batch.column('sid').to_numpy().min()):020d}"
+        if pooled is not None:
+            storage.write_parquet(storage.join(self.targets, first + ".parquet"), pa.table({
+                "sid": batch.column("sid"), "src": batch.column("text"),
+                "teacher": pa.FixedSizeListArray.from_arrays(pa.array(pooled.reshape(-1)),
+                                                             pooled.shape[1])}))
         if sums:
             gids = np.fromiter(sums, np.int64, len(sums))
-            name = f"b{int(batch.column('sid').to_numpy().min()):020d}.npz"
+            name = first + ".npz"
             write_groups(by_partition(id_partition(gids, self.total, self.parts), word_id=gids,
                                       sum=np.stack(list(sums.values())),
                                       count=np.fromiter(counts.values(), np.int64, len(gids))),

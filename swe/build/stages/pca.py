@@ -94,8 +94,8 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
 
 
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
-    """The PCA settings and the seed (it samples sentences)."""
-    return cfg.pca, cfg.seed
+    """The PCA settings, the seed (it samples sentences) and a non-default OOV rule."""
+    return (cfg.pca, cfg.seed) + ((cfg.oov,) if cfg.oov != "subword" else ())
 
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
@@ -119,7 +119,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     vocab = {lang: ctx.work("vocab", f"{lang}.parquet") for lang in cfg.languages}
     task = remote(transform_step1, 512 * MiB + words * 4096 * 3, "pca (transform)", "vocab.size")
     get(task.remote(ctx.path("step1"), pca, sif, vocab, ctx.provenance("step2"),
-                    [ctx.path("step2"), ctx.path("model")]))
+                    [ctx.path("step2"), ctx.path("model")], cfg.oov))
     return Result(**stats)
 
 
@@ -129,8 +129,10 @@ def word_moments(step1_url: str) -> PCAStats:
 
 
 def transform_step1(step1_url: str, pca: PCA | None, sif_a: float | None,
-                    vocab: dict[str, str], provenance: dict, destinations: list[str]) -> None:
-    """Transform every word of step 1 once (and SIF-weight it in Model2Vec mode); save."""
+                    vocab: dict[str, str], provenance: dict, destinations: list[str],
+                    oov: str = "subword") -> None:
+    """Transform every word of step 1 once (and SIF-weight it in Model2Vec mode); save with
+    the ``oov`` rule."""
     step1 = StaticModel.load(step1_url)
     vectors = step1.vectors if pca is None else pca.transform(step1.vectors)
     if sif_a is not None:  # SIF weights from the corpus counts
@@ -138,7 +140,7 @@ def transform_step1(step1_url: str, pca: PCA | None, sif_a: float | None,
         p = p / p.sum()
         vectors = vectors * (sif_a / (sif_a + p))[:, None]
     model = StaticModel.from_vectors(step1.words, vectors, tokenizer=step1.tokenizer,
-                                     language=step1.languages, provenance=provenance)
+                                     language=step1.languages, provenance=provenance, oov=oov)
     for url in destinations:
         model.save(url)
 

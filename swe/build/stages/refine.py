@@ -50,6 +50,10 @@ class RefineConfig:
 
     objective: str = field(default="none", metadata={
         "choices": OBJECTIVES, "help": "the training objective; none stops after PCA"})
+    sentences: str = field(default="drawn", metadata={"choices": {
+        "drawn": "the authors': a few random selected sentences per word (below)",
+        "selected": "every selected sentence, its teacher embedding from the extraction pass"},
+        "help": "distill: the sentences to train and validate on"})
     min_sentences: int = field(default=5, metadata={
         "min": 1, "help": "distill: words with at least this many selected sentences ..."})
     train_per_word: int = field(default=2, metadata={
@@ -107,6 +111,8 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     if r.objective == "distill" and cfg.extraction.mode != "sentence":
         errors.append("refine.objective = 'distill' samples the selected sentences: it needs "
                       "extraction.mode = 'sentence'")
+    if r.sentences == "selected" and r.objective != "distill":
+        errors.append("refine.sentences = 'selected' is for refine.objective = 'distill'")
     if r.batch_size % r.workers:
         errors.append(f"refine.batch_size = {r.batch_size} must be a multiple of refine.workers "
                       f"= {r.workers}: each worker takes an equal share of every batch")

@@ -13,7 +13,9 @@ cluster or block layout — and the last ``min(dev_max, 10%)`` rows are validati
 sentences, ``train_per_word + dev_per_word`` random ones — drawn in one task per word partition
 of the selection; a Ray Data pass over the selected sentences labels each drawn sentence
 (training wins over validation), shuffles by the seed-keyed hash and caps validation at
-``dev_max``.
+``dev_max``. With ``refine.sentences = "selected"`` every selected sentence is used instead,
+with the teacher embedding the extraction pass wrote beside it: shuffled by the seed-keyed hash
+of its id, the last ``min(dev_max, 10%)`` validate.
 
 ``distill`` and ``kd`` rows get the teacher's sentence embedding of ``src`` in a ``teacher``
 column from a Ray Data actor pool in the same stream, so training never runs the teacher.
@@ -39,7 +41,7 @@ from swe.build.markers import StageDir
 from swe.build.pairs import PairsConfig
 from swe.build.runner import StageResult
 from swe.build.shuffle import shuffle_key
-from swe.build.stages.extraction import actor_count, length_batches
+from swe.build.stages.extraction import actor_count, length_batches, targets_url, writes_targets
 from swe.build.stages.selection import selected_parts
 from swe.build.tasks import run_sharded
 from swe.raysetup import user_error
@@ -104,7 +106,10 @@ def enabled(cfg: BuildConfig) -> bool:
 
 
 def needs(cfg: BuildConfig) -> tuple[str, ...]:
-    """Distillation samples the selection; pair objectives read only the pair files."""
+    """Distillation samples the selection (or reads what extraction wrote); pair objectives
+    read only the pair files."""
+    if writes_targets(cfg):
+        return ("selection", "extraction")
     return ("selection",) if cfg.refine.objective == "distill" else ()
 
 
@@ -113,6 +118,8 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     r = cfg.refine
     srcs = () if r.objective == "distill" else (sorted(
         (k, asdict(p)) for k, p in cfg.pairs.items()),)
+    if writes_targets(cfg):
+        return (teacher, cfg.seed, r.objective, r.sentences, r.dev_max, {"layout": LAYOUT})
     return (*srcs, teacher, cfg.seed, r.objective, r.min_sentences, r.train_per_word,
             r.dev_per_word, r.dev_max, {"layout": LAYOUT})
 
@@ -126,7 +133,9 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     order = data.execution_options.preserve_order
     data.execution_options.preserve_order = True  # a sort's order survives to the writes
     try:
-        if r.objective == "distill":
+        if writes_targets(ctx.cfg):
+            train, dev, extra = _selected_splits(ctx)
+        elif r.objective == "distill":
             train, dev, extra = _distill_splits(ctx, st)
         else:
             train, dev, extra = _pair_splits(ctx, st)
@@ -144,7 +153,7 @@ def _write(ctx: BuildContext, ds: Any, split: str) -> int:
     """Add teacher embeddings if the objective needs them; write ``split``'s shards; rows."""
     url = ctx.work(NAME, split)
     storage.remove_tree(url)
-    if ctx.cfg.refine.objective in ("distill", "kd"):
+    if ctx.cfg.refine.objective in ("distill", "kd") and "teacher" not in ds.columns():
         ds = _with_teacher(ctx, ds)
     fs, path = storage.pyarrow_filesystem(url)
     ds.write_parquet(path, filesystem=fs, min_rows_per_file=50_000)
@@ -306,7 +315,26 @@ def _describe(read: Mapping[str, Mapping[str, int]]) -> str:
         if why not in ("read", "kept") and n) for k, c in read.items())
 
 
-# -- distillation sentences --------------------------------------------------------------------
+# -- distillation: every selected sentence -----------------------------------------------------
+
+
+def _selected_splits(ctx: BuildContext) -> tuple[Any, Any, dict]:
+    """Every selected sentence with the teacher embedding extraction wrote; shuffled, split."""
+    import ray
+
+    fs, path = storage.pyarrow_filesystem(targets_url(ctx.work("extraction")))
+    ds = ray.data.read_parquet(path, filesystem=fs).map_batches(
+        with_shuffle_key, batch_format="pyarrow", fn_kwargs={"seed": ctx.cfg.seed})
+    train, dev, _ = _split_last(ds, ctx.cfg.refine.dev_max)
+    return train.drop_columns(["sid", "k"]), dev.drop_columns(["sid", "k"]), {}
+
+
+def with_shuffle_key(batch: pa.Table, seed: int) -> pa.Table:
+    """Ray Data UDF: ``batch`` with the seed-keyed shuffle key ``k`` of its ``sid``."""
+    return batch.append_column("k", pa.array(shuffle_key(batch.column("sid").to_numpy(), seed)))
+
+
+# -- drawn distillation sentences ------------------------------------------------------------------
 
 
 def _distill_splits(ctx: BuildContext, st: StageDir) -> tuple[Any, Any, dict]:
