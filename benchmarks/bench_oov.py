@@ -19,8 +19,8 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
-from swe import StaticModel  # noqa: E402
-from swe.eval.data import data_root  # noqa: E402
+from swe import StaticModel
+from swe.eval.data import data_root
 
 
 def main() -> None:
