@@ -102,7 +102,7 @@ def test_selected_sentences_are_labelled_by_the_extraction_pass(prepared, minilm
 def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared):
     out = tmp_path / "killed"
     shutil.copytree(prepared[0], out)
-    cfg = _cfg(out, corpus, [*SELECTED, "refine.max_steps=120", "refine.patience=1000",
+    cfg = _cfg(out, corpus, [*SELECTED, "refine.max_steps=60", "refine.patience=1000",
                              "refine.max_failures=2"])
     killed: list[int] = []
 
@@ -125,9 +125,9 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared)
     killer.join()
     assert len(killed) == 1, "the Train worker was not found and killed mid-run"
     r = report["refine"]
-    assert r.steps == 120 and len(r.resumed_at) == 1 and 0 < r.resumed_at[0] < 120
+    assert r.steps == 60 and len(r.resumed_at) == 1 and 0 < r.resumed_at[0] < 60
     steps = [e["step"] for e in _history(out)["history"]]
-    assert steps == list(range(5, 121, 5))  # continued from the checkpoint: no step repeated
+    assert steps == list(range(5, 61, 5))  # continued from the checkpoint: no step repeated
 
 
 def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_runs(
@@ -145,7 +145,7 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
     out = tmp_path / "refine-kill"
     shutil.copytree(prepared[0], out)  # the driver is killed inside refine
     base = [*SMALL, *SELECTED, f"corpus.en.paths=['{corpus}']", "refine.objective='distill'",
-            "refine.max_steps=200", "refine.patience=1000"]
+            "refine.max_steps=100", "refine.patience=1000"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
 
     def driver(extra, log_name):
@@ -182,7 +182,7 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
     h = _history(out)
     assert len(h["resumed_at"]) == 1 and h["resumed_at"][0] > 0
     steps = [e["step"] for e in h["history"]]
-    assert steps == list(range(5, 201, 5))  # continued from the checkpoint: no step repeated
+    assert steps == list(range(5, 101, 5))  # continued from the checkpoint: no step repeated
     # A run killed after its checkpoints (its marker gone) and a rerun with another refine
     # config: the killed run's checkpoints go, and the log says so.
     (out / "work/refine/_DONE.json").unlink()

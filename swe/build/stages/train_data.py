@@ -150,10 +150,11 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
 
 
 def _write(ctx: BuildContext, ds: Any, split: str) -> int:
-    """Add teacher embeddings if the objective needs them; write ``split``'s shards; rows."""
+    """Add teacher embeddings if the objective needs them and extraction did not write them;
+    write ``split``'s shards; rows."""
     url = ctx.work(NAME, split)
     storage.remove_tree(url)
-    if ctx.cfg.refine.objective in ("distill", "kd") and "teacher" not in ds.columns():
+    if ctx.cfg.refine.objective in ("distill", "kd") and not writes_targets(ctx.cfg):
         ds = _with_teacher(ctx, ds)
     fs, path = storage.pyarrow_filesystem(url)
     ds.write_parquet(path, filesystem=fs, min_rows_per_file=50_000)
