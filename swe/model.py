@@ -170,9 +170,7 @@ class StaticModel:
         """Exact, then lowercased, then the OOV rule; ``_SKIP`` if none match."""
         if is_punctuation(unit):
             return _SKIP
-        i = self._index.get(unit)
-        if i is None and self.lowercase:
-            i = self._index.get(unit.lower())
+        i = self._find(unit)
         if i is None and self.tokenizer is not None:
             i = self._oov(unit)
         if i is None and self.oov == "prefix":
@@ -183,10 +181,7 @@ class StaticModel:
         enc = self.tokenizer.encode(unit, add_special_tokens=False)
         subwords = [strip_marker(t) for t in enc.tokens if t != self._unk]
         for n in range(len(subwords), 0, -1):
-            joined = "".join(subwords[:n])
-            i = self._index.get(joined)
-            if i is None and self.lowercase:
-                i = self._index.get(joined.lower())
+            i = self._find("".join(subwords[:n]))
             if i is not None:
                 return i
         return None
@@ -195,12 +190,17 @@ class StaticModel:
         """The longest vocabulary word (as is, then lowercased) that is a proper prefix of
         ``unit`` and at least :data:`PREFIX_MIN` characters long."""
         for n in range(len(unit) - 1, PREFIX_MIN - 1, -1):
-            i = self._index.get(unit[:n])
-            if i is None and self.lowercase:
-                i = self._index.get(unit[:n].lower())
+            i = self._find(unit[:n])
             if i is not None:
                 return i
         return None
+
+    def _find(self, form: str) -> int | None:
+        """The row of ``form`` as is, then lowercased (if the model lowercases)."""
+        i = self._index.get(form)
+        if i is None and self.lowercase:
+            i = self._index.get(form.lower())
+        return i
 
     def _resolve(self, unit: str) -> int:
         """Resolution code of a surface form: an id, ``_SKIP``, or ``-2 - k`` for ``_multi[k]``."""
