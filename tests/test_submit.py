@@ -47,6 +47,8 @@ def ray_head():
     # Not the variables of the test session's own Ray (ray.init in this process).
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           # SIGTERM stops the head at once (Ray's default drains for up to 30 s first)
+           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
            # the job's `python` is this environment's, as in an activated venv
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
     temp = tempfile.mkdtemp(prefix="rh", dir="/tmp")  # short: Ray's unix sockets live here

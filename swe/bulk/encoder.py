@@ -15,10 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe import storage
+from swe.matrix import DTYPES
 
 __all__ = ["DTYPES", "Encoder", "quantize"]
-
-DTYPES = ("float32", "float16", "int8")
 
 
 def quantize(vectors: np.ndarray, dtype: str, dim: int | None) -> tuple[np.ndarray, float]:
