@@ -150,14 +150,10 @@ def bench(out: Path, pair: str, repeat: int, seed: int) -> dict:
     """Read throughput (pairs/s, one process) of every format, and of hashing."""
     import pyarrow as pa
 
-    from swe.build.pairs import (
-        PairsConfig,
-        normalize,
-        pair_hash,
-        plan_sources,
-        read_source,
-        shuffle_key,
-    )
+    from swe.build.pair_readers import read_source
+    from swe.build.pairs import PairsConfig, plan_sources
+    from swe.build.pairtext import normalize, pair_hash
+    from swe.build.shuffle import shuffle_key
 
     normalize(pa.array(["warm-up"]))  # the once-per-process casefold table, not timed
     src, tgt = load_pairs(pair)

@@ -23,16 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from swe import storage
-from swe.build.pairs import (
-    STATS,
-    PairsConfig,
-    PairSource,
-    config_problems,
-    normalize,
-    pair_hash,
-    plan_sources,
-    read_source,
-)
+from swe.build.pair_readers import read_source
+from swe.build.pairs import STATS, PairsConfig, PairSource, config_problems, plan_sources
+from swe.build.pairtext import normalize, pair_hash
 from swe.build.shuffle import shuffle_key
 
 ROOT = Path(__file__).resolve().parents[1]

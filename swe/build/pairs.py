@@ -13,37 +13,24 @@ Formats (``format``; ``auto`` tells them apart by name and first line):
   The language of a member or file is its suffix, never its position in a name.
 
 :func:`plan_sources` turns a section into :class:`PairSource` s (small, picklable, JSON-able);
-:func:`read_source` streams one as Arrow tables of kept pairs (``src``, ``tgt``, ``score``,
-``pair``), counting every dropped row by reason; :func:`pair_hash` keys the stage's global
-dedup and (through ``swe.build.shuffle.shuffle_key``) its reproducible random order.
+``swe.build.pair_readers.read_source`` streams one as Arrow tables of kept pairs, and
+``swe.build.pairtext.pair_hash`` keys the stage's global dedup and random order.
 No Ray, no torch.
 """
 
 from __future__ import annotations
 
-import functools
-import gzip
-import hashlib
 import logging
-import lzma
 import math
 import re
 import zipfile
-import zlib
-from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
-from itertools import islice
-from typing import BinaryIO
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from swe import storage
+from swe.build.pairtext import BOM, CORRUPT, FLOAT_SYNTAX
 
-__all__ = ["FORMATS", "STATS", "PairSource", "PairsConfig", "config_problems", "normalize",
-           "pair_hash", "plan_sources", "read_source"]
+__all__ = ["FORMATS", "STATS", "PairSource", "PairsConfig", "config_problems", "languages",
+           "plan_sources"]
 
 log = logging.getLogger("swe.build")
 
@@ -56,19 +43,8 @@ FORMATS = {
 STATS = ("read", "kept", "invalid_utf8", "empty", "malformed", "below_min_score", "too_short",
          "too_long", "identical")
 
-# Python's str.isspace() characters: what str.strip()/str.split() remove.
-_WS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
-       "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-_WS_RUN = (r"[\t-\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
-           r"\x{205f}\x{3000}]+")
-_WS_ODD = (r"[\t-\r\x1c-\x1f\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
-           r"\x{205f}\x{3000}]|  ")  # whitespace that is not a lone space
-_FLOAT = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
 _COMPRESSED = (".gz", ".xz", ".zst", ".bz2")
 _PAIR_IN_NAME = re.compile(r"(?<![a-z])([a-z]{2,3})-([a-z]{2,3})(?![a-z])")
-_BOM = b"\xef\xbb\xbf"
-# What a truncated or corrupt compressed stream (or zip member: bad CRC) raises while read.
-_CORRUPT = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile, zipfile.BadZipFile)
 
 
 @dataclass
@@ -121,7 +97,8 @@ class PairSource:
 # -- config and planning ----------------------------------------------------------------------
 
 
-def _languages(key: str) -> tuple[str, str]:
+def languages(key: str) -> tuple[str, str]:
+    """The two languages of a section key (``en-de`` → ``("en", "de")``); bad keys raise."""
     src, _, tgt = key.partition("-")
     if not src or not tgt or src == tgt or "-" in tgt:
         raise ValueError(f"[pairs.{key}]: name a pair as SRC-TGT, e.g. [pairs.en-de]")
@@ -132,7 +109,7 @@ def config_problems(key: str, cfg: PairsConfig) -> list[str]:
     """What is wrong with one section beyond each field's own declaration (no I/O)."""
     problems = []
     try:
-        src, tgt = _languages(key)
+        src, tgt = languages(key)
         _parse_order(cfg.order, src, tgt, key)
     except ValueError as e:
         problems.append(str(e))
@@ -166,7 +143,7 @@ def _split_name(path: str) -> tuple[str, str]:
 def plan_sources(key: str, cfg: PairsConfig) -> list[PairSource]:
     """The section's files (globs expanded) as sources: formats detected, aligned files
     grouped by stem. ``ValueError`` naming the file for anything unreadable as pairs."""
-    src, tgt = _languages(key)
+    src, tgt = languages(key)
     if cfg.format not in FORMATS:
         raise ValueError(f"[pairs.{key}] format = {cfg.format!r}; use {', '.join(FORMATS)}")
     order = _parse_order(cfg.order, src, tgt, key)
@@ -225,15 +202,15 @@ def _first_line(path: str, limit: int = 1 << 20) -> bytes:
         try:
             while b"\n" not in buf and len(buf) < limit and (chunk := f.read(1 << 16)):
                 buf += chunk
-        except _CORRUPT as e:
+        except CORRUPT as e:
             raise ValueError(f"{path}: corrupt compressed file ({type(e).__name__}: {e})") \
                 from None
-    return buf.split(b"\n", 1)[0].removeprefix(_BOM).rstrip(b"\r")
+    return buf.split(b"\n", 1)[0].removeprefix(BOM).rstrip(b"\r")
 
 
 def _score(text: str) -> float | None:
     """A finite float, or ``None``."""
-    if not re.match(_FLOAT, text.strip()):
+    if not re.match(FLOAT_SYNTAX, text.strip()):
         return None
     value = float(text)
     return value if math.isfinite(value) else None
@@ -289,311 +266,3 @@ def _aligned_source(key: str, stem: str, files: dict[str, str], src: str,
     return PairSource(key, "aligned", (files[src], files[tgt]), scores=files.get("scores", ""))
 
 
-# -- reading ----------------------------------------------------------------------------------
-
-
-def read_source(source: PairSource, cfg: PairsConfig, stats: dict[str, int],
-                chunk_rows: int = 65536) -> Iterator[pa.Table]:
-    """Stream one source as tables of kept pairs (``src``, ``tgt``, ``score`` float64 NaN when
-    unscored, ``pair``) of at most ``chunk_rows`` rows; counts into ``stats`` (keys
-    :data:`STATS`). ``ValueError`` when aligned files differ in length."""
-    for k in STATS:
-        stats.setdefault(k, 0)
-    scored = source.kind == "ccmatrix-tsv" or bool(source.scores)
-    if cfg.min_score > -math.inf and not scored:
-        log.warning("[pairs.%s] %s has no scores: min_score = %s not applied", source.key,
-                    source.paths[0], cfg.min_score)
-    start = stats["read"]
-    try:
-        for xs, ys, scores in _batches(source, chunk_rows, stats):
-            table = _keep(xs, ys, scores, cfg, source.key, stats)
-            if table.num_rows:
-                yield table
-    except _CORRUPT as e:
-        raise ValueError(f"{', '.join(_stream_names(source))}: truncated or corrupt compressed "
-                         f"data after {stats['read'] - start:,} pairs ({type(e).__name__}: {e}); "
-                         "re-create or re-download it") from None
-
-
-def _batches(source: PairSource, chunk_rows: int,
-             stats: dict[str, int]) -> Iterator[tuple[pa.Array, pa.Array, np.ndarray]]:
-    """The source's well-formed rows as ``(src, tgt, score)`` arrays, chunk by chunk."""
-    src, tgt = _languages(source.key)
-    if source.kind in ("tsv", "ccmatrix-tsv"):
-        return _tsv_batches(source, src, tgt, chunk_rows, stats)
-    if source.kind in ("moses", "aligned"):
-        return _aligned_batches(source, chunk_rows, stats)
-    raise ValueError(f"{source.paths[0]}: unknown source kind {source.kind!r}")
-
-
-def _lines(f: BinaryIO) -> Iterator[bytes]:
-    """Lines of a stream, a leading UTF-8 byte-order mark dropped."""
-    lines = storage.iter_lines(f)
-    first = next(lines, None)
-    if first is not None:
-        yield first.removeprefix(_BOM)
-        yield from lines
-
-
-def _tsv_batches(source: PairSource, src: str, tgt: str, chunk_rows: int,
-                 stats: dict[str, int]) -> Iterator[tuple[pa.Array, pa.Array, np.ndarray]]:
-    """``(src, tgt, score)`` arrays of the well-formed rows of a TSV, chunk by chunk."""
-    path = source.paths[0]
-    with storage.naming(path, "reading"), storage.open_input(path) as f:
-        lines = _lines(f)
-        if source.kind == "tsv":
-            header = next(lines, None)
-            if header is None:
-                return
-            ncols, cols = _header_columns(path, header, src, tgt)
-        else:
-            ncols, cols = 3, ((2, 1) if source.swapped else (1, 2))
-        while batch := list(islice(lines, chunk_rows)):
-            stats["read"] += len(batch)
-            yield _split_rows(batch, ncols, cols, source.kind == "ccmatrix-tsv", stats)
-
-
-def _header_columns(path: str, header: bytes, src: str,
-                    tgt: str) -> tuple[int, tuple[int, int]]:
-    """The number of columns and the src/tgt column indices named by a TSV header."""
-    fields = [f.strip() for f in header.decode("utf-8", "replace").split("\t")]
-    if src not in fields or tgt not in fields:
-        raise ValueError(f"{path}: the header {fields} must name columns {src!r} and {tgt!r} "
-                         "(e.g. 'en<TAB>de')")
-    return len(fields), (fields.index(src), fields.index(tgt))
-
-
-def _split_rows(batch: list[bytes], ncols: int, cols: tuple[int, int], scored: bool,
-                stats: dict[str, int]) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """Decode and split TSV lines; blank lines count as ``empty``, a wrong field count or
-    score as ``malformed``, bytes that are not UTF-8 as ``invalid_utf8``."""
-    text, ok = _decode(batch)
-    stats["invalid_utf8"] += int((~ok).sum())
-    blank = ok & (pc.utf8_length(pc.utf8_trim(text, _WS)).to_numpy() == 0)
-    stats["empty"] += int(blank.sum())
-    parts = pc.split_pattern(text, "\t")
-    bad = ok & ~blank & (pc.list_value_length(parts).to_numpy() != ncols)
-    ok &= ~blank & ~bad
-    parts = parts.filter(ok)
-    scores = np.full(len(parts), np.nan)
-    if scored:
-        scores, good = _parse_scores(pc.list_element(parts, 0))
-        bad[np.flatnonzero(ok)[~good]] = True
-        parts, scores = parts.filter(good), scores[good]
-    stats["malformed"] += int(bad.sum())
-    return pc.list_element(parts, cols[0]), pc.list_element(parts, cols[1]), scores
-
-
-def _decode(lines: list[bytes]) -> tuple[pa.Array, np.ndarray]:
-    """Lines as a string array (``""`` where not UTF-8) and the mask of valid ones."""
-    ok = np.ones(len(lines), bool)
-    try:
-        return pa.array(lines, pa.binary()).cast(pa.string()), ok
-    except pa.ArrowInvalid:
-        out = []
-        for i, line in enumerate(lines):
-            try:
-                out.append(line.decode("utf-8"))
-            except UnicodeDecodeError:
-                out.append("")
-                ok[i] = False
-        return pa.array(out, pa.string()), ok
-
-
-def _parse_scores(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Finite floats (NaN where not) and the mask of parsable ones."""
-    texts = pc.utf8_trim(texts, _WS)
-    try:
-        values = pc.cast(texts, pa.float64()).to_numpy(zero_copy_only=False)
-    except pa.ArrowInvalid:
-        good = pc.fill_null(pc.match_substring_regex(texts, _FLOAT), False).to_numpy(
-            zero_copy_only=False)
-        values = np.full(len(texts), np.nan)
-        values[good] = pc.cast(texts.filter(pa.array(good)), pa.float64()).to_numpy(
-            zero_copy_only=False)
-    good = np.isfinite(values)
-    return values, good
-
-
-def _aligned_batches(source: PairSource, chunk_rows: int,
-                     stats: dict[str, int]) -> Iterator[tuple[pa.Array, pa.Array, np.ndarray]]:
-    """``(src, tgt, score)`` arrays from line-aligned streams read in lockstep."""
-    names = _stream_names(source)
-    with ExitStack() as stack:
-        its = [_lines(stack.enter_context(_open_stream(source, i)))
-               for i in range(len(names))]
-        done = 0
-        while True:
-            parts = [list(islice(it, chunk_rows)) for it in its]
-            if len({len(p) for p in parts}) > 1:
-                _mismatch(names, [done + len(p) + sum(1 for _ in it)
-                                  for p, it in zip(parts, its, strict=True)])
-            if not parts[0]:
-                return
-            done += len(parts[0])
-            stats["read"] += len(parts[0])
-            yield _aligned_rows(parts, stats)
-
-
-def _stream_names(source: PairSource) -> list[str]:
-    """How each stream of an aligned source is named in messages (src, tgt[, scores])."""
-    if source.kind == "moses":
-        zip_url = source.paths[0]
-        members = [*source.members, *([source.scores] if source.scores else [])]
-        return [f"{zip_url}:{m}" for m in members]
-    return [*source.paths, *([source.scores] if source.scores else [])]
-
-
-def _open_stream(source: PairSource, i: int) -> BinaryIO:
-    """Stream ``i`` (src, tgt, scores) of an aligned source: a file, or a zip member read
-    through its own handle on the zip (so each stream reads its member sequentially)."""
-    if source.kind == "aligned":
-        return storage.open_input([*source.paths, source.scores][i])
-    member = [*source.members, source.scores][i]
-    fs, p = storage.filesystem(source.paths[0])
-    f = fs.open(p, "rb")
-    try:
-        return _MemberStream(zipfile.ZipFile(f), member, f)
-    except BaseException:
-        f.close()
-        raise
-
-
-class _MemberStream:
-    """A zip member opened for reading that closes its zip and file with it."""
-
-    def __init__(self, zf: zipfile.ZipFile, member: str, f: BinaryIO) -> None:
-        self._zf, self._f = zf, f
-        self._m = zf.open(member)
-
-    def read(self, n: int = -1) -> bytes:
-        """Up to ``n`` decompressed bytes."""
-        return self._m.read(n)
-
-    def __enter__(self) -> _MemberStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._m.close()
-        self._zf.close()
-        self._f.close()
-
-
-def _mismatch(names: list[str], counts: list[int]) -> None:
-    """Raise the error for aligned streams of different lengths, naming both and counts."""
-    i = next(i for i in range(1, len(counts)) if counts[i] != counts[0])
-    raise ValueError(f"aligned files differ in length: {names[0]} has {counts[0]:,} lines, "
-                     f"{names[i]} has {counts[i]:,}")
-
-
-def _aligned_rows(parts: list[list[bytes]],
-                  stats: dict[str, int]) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """Decode one chunk of aligned lines; drop and count invalid UTF-8 and bad scores."""
-    xs, ok_x = _decode(parts[0])
-    ys, ok_y = _decode(parts[1])
-    ok = ok_x & ok_y
-    stats["invalid_utf8"] += int((~ok).sum())
-    scores = np.full(len(ok), np.nan)
-    if len(parts) > 2:
-        text, ok_s = _decode(parts[2])
-        scores, good = _parse_scores(text)
-        bad = ok & ~(good & ok_s)
-        stats["malformed"] += int(bad.sum())
-        ok &= ~bad
-    if ok.all():
-        return xs, ys, scores
-    mask = pa.array(ok)
-    return xs.filter(mask), ys.filter(mask), scores[ok]
-
-
-def _keep(xs: pa.Array, ys: pa.Array, scores: np.ndarray, cfg: PairsConfig, key: str,
-          stats: dict[str, int]) -> pa.Table:
-    """Strip both sides and apply the per-pair filters, counting each drop by its first
-    reason (empty, below_min_score, too_short, too_long, identical)."""
-    xs, ys = pc.utf8_trim(xs, _WS), pc.utf8_trim(ys, _WS)
-    lx = pc.utf8_length(xs).to_numpy(zero_copy_only=False)
-    ly = pc.utf8_length(ys).to_numpy(zero_copy_only=False)
-    drop = np.zeros(len(lx), bool)
-    for reason, hit in (("empty", (lx == 0) | (ly == 0)),
-                        ("below_min_score", scores < cfg.min_score),
-                        ("too_short", (lx < cfg.min_chars) | (ly < cfg.min_chars)),
-                        ("too_long", (lx > cfg.max_chars) | (ly > cfg.max_chars))):
-        hit &= ~drop
-        stats[reason] += int(hit.sum())
-        drop |= hit
-    if cfg.drop_identical and not drop.all():
-        live = np.flatnonzero(~drop)
-        alive = pa.array(~drop)
-        same = pc.equal(normalize(xs.filter(alive)), normalize(ys.filter(alive)))
-        hit = live[same.to_numpy(zero_copy_only=False)]
-        stats["identical"] += len(hit)
-        drop[hit] = True
-    keep = pa.array(~drop)
-    n = len(drop) - int(drop.sum())
-    stats["kept"] += n
-    return pa.table({"src": xs.filter(keep), "tgt": ys.filter(keep),
-                     "score": pa.array(scores[~drop], pa.float64()),
-                     "pair": pa.repeat(pa.scalar(key, pa.string()), n)})
-
-
-# -- hashing ----------------------------------------------------------------------------------
-
-
-@functools.cache
-def _fold_fixups() -> str:
-    """A regex class of the characters where Arrow's ``utf8_lower`` (then ß → ss) differs
-    from Python's ``str.casefold`` (ſ, ς, µ, ligatures, Cherokee ...), computed once per
-    process (no character above U+1FFFF has a case)."""
-    chars = [chr(c) for c in range(1, 0x20000) if not 0xD800 <= c < 0xE000]
-    joined = "\0".join(chars)
-    folded = joined.casefold().split("\0")
-    lowered = _lower(pa.array([joined]))[0].as_py().split("\0")
-    special = [ord(c) for c, f, lo in zip(chars, folded, lowered, strict=True) if f != lo]
-    runs: list[list[int]] = []
-    for c in special:
-        if runs and runs[-1][1] == c - 1:
-            runs[-1][1] = c
-        else:
-            runs.append([c, c])
-    return "[" + "".join(rf"\x{{{a:x}}}" + (rf"-\x{{{b:x}}}" if b > a else "")
-                         for a, b in runs) + "]"
-
-
-def _lower(texts: pa.Array) -> pa.Array:
-    """Arrow's lowercase with ß as ss: casefolding for all but :func:`_fold_fixups`."""
-    return pc.replace_substring(pc.utf8_lower(texts), "ß", "ss")
-
-
-def _as_array(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """One string array, nulls as ``""``."""
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks()
-    if texts.type != pa.string():
-        texts = texts.cast(pa.string())
-    return pc.fill_null(texts, "")
-
-
-def normalize(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Each text stripped, casefolded, whitespace runs made one space: exactly
-    ``" ".join(s.casefold().split())`` in Python, vectorised."""
-    texts = _as_array(texts)
-    out = _lower(pc.utf8_trim(texts, _WS))
-    odd = pc.match_substring_regex(out, _WS_ODD)
-    if odd.true_count:
-        runs = pc.replace_substring_regex(out.filter(odd), _WS_RUN, " ")
-        out = pc.replace_with_mask(out, odd, runs)
-    special = pc.match_substring_regex(texts, _fold_fixups())
-    if special.true_count:
-        fixed = [" ".join(s.casefold().split()) for s in texts.filter(special).to_pylist()]
-        out = pc.replace_with_mask(out, special, pa.array(fixed, pa.string()))
-    return out
-
-
-def pair_hash(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A stable 64-bit hash (uint64) of each (normalised src, normalised tgt): BLAKE2b of
-    ``src + TAB + tgt`` (normalised text has no tab), the same in every process and run."""
-    joined = pc.binary_join_element_wise(normalize(src), normalize(tgt), "\t")
-    blake = hashlib.blake2b
-    digests = b"".join([blake(v, digest_size=8, person=b"swe-pair").digest()
-                        for v in joined.cast(pa.binary()).to_pylist()])
-    return np.frombuffer(digests, "<u8").astype(np.uint64)

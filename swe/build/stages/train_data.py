@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from swe import storage
-from swe.build import pairs
+from swe.build import pair_readers, pairs, pairtext
 from swe.build.markers import StageDir
 from swe.build.pairs import PairsConfig
 from swe.build.runner import StageResult
@@ -276,8 +276,8 @@ def read_pair_source(batch: pa.Table, configs: dict, stats_dir: str,
     cfg = PairsConfig(**configs[source.key])
     stats: Counter = Counter()
     salt = np.uint64(int.from_bytes(source.key.encode()[:8].ljust(8, b"\0"), "little"))
-    for table in pairs.read_source(source, cfg, stats):
-        h = pairs.pair_hash(table.column("src"), table.column("tgt")) ^ salt
+    for table in pair_readers.read_source(source, cfg, stats):
+        h = pairtext.pair_hash(table.column("src"), table.column("tgt")) ^ salt
         score = table.column("score").to_numpy(zero_copy_only=False)
         yield table.append_column("h", pa.array(h.view(np.int64))).append_column(
             "k", pa.array(shuffle_key(h, seed))).append_column(
