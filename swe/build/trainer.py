@@ -1,0 +1,310 @@
+"""What each Ray Train worker runs in step 3 (stage ``refine``): batches of word ids from the
+refinement data (the inference rule maps texts to rows), the objective's loss on the
+``embedding_bag`` student, Adam with clipping, validation every ``eval_every`` steps with early
+stopping, and checkpoints (current and best matrix, Adam moments, counters, history) that a
+restarted worker resumes from. The driver side is ``swe.build.stages.refine``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from swe.model import StaticModel
+
+__all__ = ["Collate", "load_state", "train_loop"]
+
+
+# -- data ---------------------------------------------------------------------------------------
+
+
+def _bag(ids: list[np.ndarray]) -> tuple[Any, Any]:
+    """Torch ``(ids, offsets)`` for ``embedding_bag`` over rows of vocabulary ids."""
+    import torch
+
+    lengths = np.array([len(x) for x in ids], np.int64)
+    flat = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return torch.from_numpy(flat), torch.from_numpy(offsets)
+
+
+class Collate:
+    """A streamed batch (``src``, ``tgt``, ``teacher`` columns) as training tensors: texts to
+    vocabulary rows with the same rule as inference; rows with a side that has no known word
+    are dropped (they would be zero vectors)."""
+
+    def __init__(self, model: StaticModel) -> None:
+        self.model = model
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        """Tensors ``src`` (and ``tgt``): ``(ids, offsets)``; ``teacher``: a float matrix."""
+        import torch
+
+        sides = {c: self.model.word_ids([str(t) for t in batch[c]])
+                 for c in ("src", "tgt") if c in batch}
+        keep = np.flatnonzero(np.logical_and.reduce(
+            [np.array([len(x) > 0 for x in ids], bool) for ids in sides.values()]))
+        out: dict[str, Any] = {c: _bag([ids[i] for i in keep]) for c, ids in sides.items()}
+        if "teacher" in batch:
+            teacher = np.stack(list(batch["teacher"])).astype(np.float32)
+            out["teacher"] = torch.from_numpy(teacher[keep])
+        out["rows"] = len(keep)
+        return out
+
+
+def _gather(x: Any, sizes: list[int], rank: int) -> Any:
+    """Every worker's rows of ``x`` concatenated; this worker's slot keeps its gradient."""
+    import torch
+    import torch.distributed as dist
+
+    pad = torch.zeros((max(sizes), *x.shape[1:]), dtype=x.dtype, device=x.device)
+    pad[:len(x)] = x.detach()
+    bufs = [torch.empty_like(pad) for _ in sizes]
+    dist.all_gather(bufs, pad)
+    parts = [b[:n] for b, n in zip(bufs, sizes, strict=True)]
+    parts[rank] = x
+    return torch.cat(parts)
+
+
+def _sizes(rows: int, world: int) -> list[int]:
+    """Rows of this step's batch on every worker."""
+    import torch
+    import torch.distributed as dist
+
+    if world == 1:
+        return [rows]
+    bufs = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(bufs, torch.tensor([rows], dtype=torch.int64))
+    return [int(b) for b in bufs]
+
+
+def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
+          sizes: list[int] | None = None, rank: int = 0) -> Any:
+    """The objective's loss on one batch; with ``sizes`` (several workers), over the global
+    batch gathered from every worker, so in-batch negatives span all of them."""
+    import torch.nn.functional as F
+
+    from swe.build import losses
+
+    def side(name: str) -> Any:
+        ids, offs = batch[name]
+        x = F.embedding_bag(ids.to(weight.device), weight, offs.to(weight.device), mode="mean")
+        return x if sizes is None else _gather(x, sizes, rank)
+
+    def teacher() -> Any:
+        t = batch["teacher"].to(weight.device)
+        return t if sizes is None else _gather(t, sizes, rank)
+
+    if objective == "distill":
+        return losses.distillation_loss(side("src"), teacher(), tau)
+    if objective == "contrastive":
+        return losses.contrastive_loss(side("src"), side("tgt"), tau)
+    if objective == "kd":
+        return losses.kd_loss(side("src"), side("tgt"), teacher(), tau)
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+
+def _save_state(directory: str, weight: Any, best: Any, opt: Any, state: dict) -> None:
+    from safetensors.torch import save_file
+
+    moments = opt.state.get(weight, {})
+    tensors = {"weight": weight.detach().cpu().contiguous(), "best": best.cpu().contiguous()}
+    if moments:
+        tensors["exp_avg"] = moments["exp_avg"].cpu().contiguous()
+        tensors["exp_avg_sq"] = moments["exp_avg_sq"].cpu().contiguous()
+        state = {**state, "adam_step": float(moments["step"])}
+    save_file(tensors, os.path.join(directory, "state.safetensors"))
+    with open(os.path.join(directory, "state.json"), "w") as f:
+        json.dump(state, f)
+
+
+def load_state(directory: str) -> tuple[dict, dict]:
+    """A checkpoint directory's tensors (``weight``, ``best``, Adam moments) and state dict."""
+    from safetensors.torch import load_file
+
+    with open(os.path.join(directory, "state.json")) as f:
+        state = json.load(f)
+    return load_file(os.path.join(directory, "state.safetensors")), state
+
+
+def _restore(ckpt: Any, weight: Any, opt: Any, device: Any) -> tuple[Any, dict]:
+    """Load a checkpoint into ``weight`` and Adam's moments; ``(best matrix, state)``."""
+    import torch
+
+    with ckpt.as_directory() as d:
+        tensors, state = load_state(d)
+    with torch.no_grad():
+        weight.copy_(tensors["weight"].to(device))
+    if "exp_avg" in tensors:  # restore Adam's moments so the run continues, not restarts
+        opt.state[weight] = {"step": torch.tensor(state["adam_step"]),
+                             "exp_avg": tensors["exp_avg"].to(device),
+                             "exp_avg_sq": tensors["exp_avg_sq"].to(device)}
+    state.setdefault("epoch", 0)
+    state.setdefault("pos", 0)
+    state["resumed_at"].append(state["step"])
+    return tensors["best"].to(device), state
+
+
+# -- the loop each Ray Train worker runs ---------------------------------------------------------
+
+
+def _dev_batches(collate: Collate, batch_size: int) -> list[dict]:
+    """The validation split, collated once and kept (it is at most ``refine.dev_max`` rows;
+    every worker holds all of it, so every worker computes the same validation loss)."""
+    import ray.train
+
+    rows = ray.train.get_dataset_shard("dev").iter_batches(batch_size=batch_size,
+                                                           batch_format="numpy")
+    return [b for b in map(collate, rows) if b["rows"] >= 2]
+
+
+def _dev_loss(obj: str, weight: Any, dev: list[dict], tau: float) -> float:
+    import torch
+
+    with torch.no_grad():
+        return float(np.mean([float(_loss(obj, weight, b, tau)) for b in dev]))
+
+
+def _train_batches(config: dict, collate: Collate, epoch: int, skip: int) -> Iterator[dict]:
+    """This worker's share of the training stream for one epoch, collated ahead in a thread:
+    the global order from ``train_data`` plus a seeded local shuffle buffer per epoch; the
+    first ``skip`` batches (already trained before a restart) are passed over."""
+    import ray.train
+    from ray.data.collate_fn import NumpyBatchCollateFn
+
+    class Numpy(NumpyBatchCollateFn):
+        def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+            return collate(batch)
+
+    shard = ray.train.get_dataset_shard("train")
+    batches = shard.iter_torch_batches(
+        batch_size=config["batch_size"] // config["world"], drop_last=True,
+        collate_fn=Numpy(),
+        local_shuffle_buffer_size=config["shuffle_buffer"] or None,
+        local_shuffle_seed=config["seed"] * 100_003 + epoch if config["shuffle_buffer"] else None,
+        prefetch_batches=2)
+    for i, batch in enumerate(batches):
+        if i >= skip:
+            yield batch
+
+
+def _step(config: dict, weight: Any, opt: Any, batch: dict, rank: int) -> float | None:
+    """One optimiser step on the global batch; ``None`` when it had fewer than 2 rows."""
+    import torch
+
+    world = config["world"]
+    sizes = _sizes(batch["rows"], world)
+    if sum(sizes) < 2:
+        return None
+    loss = _loss(config["objective"], weight, batch, config["tau"],
+                 sizes if world > 1 else None, rank)
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    if world > 1:  # each worker's gradient covers its own rows of the one global loss
+        torch.distributed.all_reduce(weight.grad)
+    torch.nn.utils.clip_grad_norm_(weight, config["clip"])
+    opt.step()
+    return float(loss)
+
+
+def _evaluate(config: dict, state: dict, weight: Any, best: Any, dev: list[dict],
+              since: list[float]) -> Any:
+    """Validation loss, early-stopping counters and history; the (new) best matrix."""
+    d = _dev_loss(config["objective"], weight, dev, config["tau"])
+    if state["best_loss"] is None or d < state["best_loss"]:
+        state.update(best_loss=d, best_step=state["step"], bad=0)
+        best = weight.detach().clone()
+    else:
+        state["bad"] += 1
+    state["history"].append({"step": state["step"], "train_loss": float(np.mean(since)),
+                             "dev_loss": d})
+    since.clear()
+    return best
+
+
+def _report(config: dict, state: dict, weight: Any, best: Any, opt: Any, rank: int,
+            due: bool) -> None:
+    import ray.train
+
+    metrics = {**state["history"][-1], "best_dev_loss": state["best_loss"],
+               "best_step": state["best_step"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0 and due:
+            _save_state(tmp, weight, best, opt, state)
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def train_loop(config: dict) -> None:
+    """Ray Train worker loop (``config`` from :func:`run_training`)."""
+    import ray.train
+    import torch
+
+    ctx = ray.train.get_context()
+    rank, config["world"] = ctx.get_world_rank(), ctx.get_world_size()
+    torch.set_num_threads(max(1, int(config["threads"])))
+    torch.manual_seed(config["seed"])
+    device = ray.train.torch.get_device() if config["use_gpu"] else torch.device("cpu")
+    model = StaticModel.load(config["init_model"])
+    config["collate"] = collate = Collate(model)
+    dev = _dev_batches(collate, config["batch_size"])
+    if not dev:
+        raise ValueError("refinement needs at least 2 validation rows with known words")
+    weight = torch.nn.Parameter(torch.from_numpy(model.vectors.copy()).to(device))
+    opt = torch.optim.Adam([weight], lr=config["lr"])
+    best = weight.detach().clone()
+    state = {"step": 0, "epoch": 0, "pos": 0, "best_loss": None, "best_step": 0, "bad": 0,
+             "history": [], "resumed_at": [], "train_rows": config["train_rows"],
+             "dev_rows": sum(b["rows"] for b in dev)}
+    ckpt = ray.train.get_checkpoint()
+    if ckpt:
+        best, state = _restore(ckpt, weight, opt, device)
+    else:
+        state["initial_dev_loss"] = _dev_loss(config["objective"], weight, dev, config["tau"])
+    _epochs(config, state, weight, opt, best, dev, rank)
+
+
+def _stopping(config: dict, state: dict) -> bool:
+    return state["step"] >= config["max_steps"] or state["bad"] >= config["patience"]
+
+
+def _epochs(config: dict, state: dict, weight: Any, opt: Any, best: Any, dev: list[dict],
+            rank: int) -> None:
+    """Train epoch after epoch until ``max_steps`` or early stopping."""
+    last_saved, since = state["step"], []
+    while not _stopping(config, state):
+        stepped = False
+        for batch in _train_batches(config, config["collate"], state["epoch"],
+                                    state["pos"]):
+            t = time.perf_counter()
+            loss = _step(config, weight, opt, batch, rank)
+            state["step_seconds"] = state.get("step_seconds", 0.0) + time.perf_counter() - t
+            state["pos"] += 1
+            if loss is None:
+                continue
+            stepped = True
+            state["step"] += 1
+            since.append(loss)
+            if state["step"] % config["eval_every"] and state["step"] < config["max_steps"]:
+                continue
+            best = _evaluate(config, state, weight, best, dev, since)
+            due = state["step"] - last_saved >= config["checkpoint_every"] or _stopping(
+                config, state)
+            _report(config, state, weight, best, opt, rank, due)
+            last_saved = state["step"] if due else last_saved
+            if _stopping(config, state):
+                return
+        if not stepped and state["pos"] == 0:
+            raise ValueError("an epoch of the training split gave no batch: it has fewer rows "
+                             "than refine.batch_size")
+        state["epoch"], state["pos"] = state["epoch"] + 1, 0
