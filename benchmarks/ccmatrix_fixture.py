@@ -28,7 +28,7 @@ from swe.eval.data import data_root
 
 def load_pairs(pair: str, root: Path | None = None) -> tuple[list[str], list[str]]:
     """``(src texts, tgt texts)`` of ``parallel/<pair>/*.tsv.gz`` (headered TSV), parsed the way
-    ``train_data.read_pairs`` does: fields stripped, rows with an empty side or bad bytes
+    ``pair_dataset.read_pairs`` does: fields stripped, rows with an empty side or bad bytes
     skipped."""
     src, tgt = pair.split("-")
     xs: list[str] = []

@@ -99,7 +99,7 @@ def drops(stats: dict[str, int]) -> Counter:
 
 @pytest.fixture(scope="module")
 def ende(data_dir):
-    """The shared en-de pairs (as train_data.read_pairs parses them) and random scores."""
+    """The shared en-de pairs (as pair_dataset.read_pairs parses them) and random scores."""
     en, de = fx.load_pairs(KEY, data_dir)
     assert len(en) > 40_000
     return en, de, fx.random_scores(len(en), 7)
@@ -160,7 +160,7 @@ def test_headered_tsv_reader(data_dir, expected):
 
 
 def test_headered_tsv_reader_unfiltered_equals_read_pairs_parse(data_dir, ende):
-    """With the filters off, exactly what ``train_data.read_pairs`` (before this module) gave:
+    """With the filters off, exactly what ``pair_dataset.read_pairs`` (before this module) gave:
     the benchmark's ``load_pairs`` parses the files the same way."""
     cfg = PairsConfig(paths=[str(data_dir / "parallel" / KEY / "*.tsv.gz")], format="tsv",
                       max_chars=10**9, drop_identical=False)

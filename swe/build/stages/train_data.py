@@ -23,34 +23,32 @@ column from a Ray Data actor pool in the same stream, so training never runs the
 
 from __future__ import annotations
 
-import json
 import logging
-from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from swe import storage
-from swe.build import pair_readers, pairs, pairtext
+from swe.build import pairs
 from swe.build.markers import StageDir
+from swe.build.pair_dataset import pair_splits
 from swe.build.pairs import PairsConfig
 from swe.build.runner import StageResult
 from swe.build.shuffle import shuffle_key
+from swe.build.splits import split_last, where
 from swe.build.stages.extraction import actor_count, length_batches, targets_url, writes_targets
 from swe.build.stages.selection import selected_parts
 from swe.build.tasks import run_sharded
-from swe.raysetup import user_error
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["PairsConfig", "Result", "TeacherEmbedder", "pair_languages", "read_pairs",
+__all__ = ["PairsConfig", "Result", "TeacherEmbedder", "pair_languages",
            "sample_partition", "split_urls"]
 
 log = logging.getLogger("swe.build")
@@ -138,7 +136,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
         elif r.objective == "distill":
             train, dev, extra = _distill_splits(ctx, st)
         else:
-            train, dev, extra = _pair_splits(ctx, st)
+            train, dev, extra = pair_splits(ctx.cfg, st.path("read"))
         n_train, n_dev = _write(ctx, train, "train"), _write(ctx, dev, "dev")
     finally:
         data.execution_options.preserve_order = order
@@ -177,145 +175,6 @@ def _with_teacher(ctx: BuildContext, ds: Any) -> Any:
                                "trust_remote_code": ctx.cfg.trust_remote_code})
 
 
-def _split_last(ds: Any, dev_max: int) -> tuple[Any, Any, int]:
-    """Sort ``ds`` by its shuffle key ``k`` (a global shuffle); the last ``min(dev_max, 10%)``
-    rows are validation. Returns ``(train, dev, rows)``."""
-    ds = ds.materialize()
-    n = ds.count()
-    n_dev = min(dev_max, n // 10)
-    shuffled = ds.sort("k")
-    train, dev = shuffled.split_at_indices([n - n_dev])
-    return train, dev, n
-
-
-# -- translation pairs -------------------------------------------------------------------------
-
-
-def _pair_splits(ctx: BuildContext, st: StageDir) -> tuple[Any, Any, dict]:
-    """Read, filter, deduplicate, cap and shuffle every pair source; ``(train, dev, stats)``."""
-    import ray
-
-    cfg = ctx.cfg
-    sources = [s for key, p in cfg.pairs.items() for s in pairs.plan_sources(key, p)]
-    stats_dir = st.path("read")
-    ds = read_pairs(sources, cfg.pairs, stats_dir, cfg.seed)
-    if any(p.dedup for p in cfg.pairs.values()):
-        parts = max(4, 2 * int(ray.cluster_resources().get("CPU", 1)))
-        ds = ds.repartition(parts, keys=["h"], sort=True).map_batches(
-            best_of_each_pair, batch_size=None, batch_format="pyarrow",
-            fn_kwargs={"dedup": [k for k, p in cfg.pairs.items() if p.dedup]})
-    ds = ds.materialize()
-    deduplicated = ds.count()
-    ds = _cap_pairs(ds, cfg.pairs)
-    train, dev, n = _split_last(ds, cfg.refine.dev_max)
-    read = _read_stats(stats_dir, len(sources), sources)
-    if not n:
-        raise ValueError("no translation pair kept from the [pairs] sources: "
-                         f"{_describe(read)}")
-    kept = {row["pair"]: row["count()"] for row in train.union(dev).groupby("pair").count()
-            .take_all()}
-    read_total = sum(s.get("kept", 0) for s in read.values())
-    stats = {"pairs": {k: kept.get(k, 0) for k in cfg.pairs}, "read": read,
-             "duplicates": read_total - deduplicated, "over_max_pairs": deduplicated - n}
-    log.info("[train_data] pairs: %s; %d duplicates and %d over max_pairs dropped",
-             _describe(read), stats["duplicates"], stats["over_max_pairs"])
-    return train.drop_columns(["h", "rank"]), dev.drop_columns(["h", "rank"]), stats
-
-
-def read_pairs(sources: list, configs: Mapping[str, PairsConfig], stats_dir: str,
-               seed: int) -> Any:
-    """Every source read and filtered by Ray Data tasks (one per source), with ``h``, ``k`` and
-    ``rank`` columns; materialised in the object store. A bad file stops here: its error (the
-    file named with what is wrong with it) is raised as itself, without Ray's traceback."""
-    import ray
-
-    items = [{"i": i, "source": json.dumps(asdict(s))} for i, s in enumerate(sources)]
-    ds = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map_batches(
-        read_pair_source, batch_size=1, batch_format="pyarrow", num_cpus=0.5,
-        fn_kwargs={"configs": {k: asdict(p) for k, p in configs.items()},
-                   "stats_dir": stats_dir, "seed": seed})
-    try:
-        return ds.materialize()
-    except Exception as e:
-        raise user_error(e) from None
-
-
-def _cap_pairs(ds: Any, cfg_pairs: Mapping[str, PairsConfig]) -> Any:
-    """Each pair's ``max_pairs`` best-scored rows (ties, and unscored rows, by shuffle key)."""
-    capped = {k: p.max_pairs for k, p in cfg_pairs.items() if p.max_pairs}
-    if not capped:
-        return ds
-    parts = [_where(ds, "pair", list(capped), keep=False)] if len(capped) < len(cfg_pairs) \
-        else []
-    for key, m in capped.items():
-        one = _where(ds, "pair", [key])
-        parts.append(one.sort(["rank", "k"], descending=[True, False]).limit(m).materialize())
-    return parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
-
-
-def _where(ds: Any, column: str, values: list, keep: bool = True) -> Any:
-    """Rows of ``ds`` whose ``column`` is (``keep``) or is not in ``values`` (batch-wise)."""
-    return ds.map_batches(rows_where, batch_format="pyarrow",
-                          fn_kwargs={"column": column, "values": values, "keep": keep})
-
-
-def rows_where(batch: pa.Table, column: str, values: list, keep: bool) -> pa.Table:
-    """Ray Data UDF: the rows whose ``column`` is (``keep``) or is not in ``values``."""
-    mask = pc.is_in(batch.column(column), value_set=pa.array(values))
-    return batch.filter(mask if keep else pc.invert(mask))
-
-
-def read_pair_source(batch: pa.Table, configs: dict, stats_dir: str,
-                     seed: int) -> Iterator[pa.Table]:
-    """Ray Data read task: stream one pair source's kept rows with their keys — ``h`` (the
-    pair's hash, for deduplication), ``k`` (the seed-keyed shuffle key) and ``rank`` (score,
-    ``-inf`` when unscored) — and write its per-reason counts to ``stats_dir``."""
-
-    row = batch.to_pylist()[0]
-    source = pairs.PairSource(**json.loads(row["source"]))
-    cfg = PairsConfig(**configs[source.key])
-    stats: Counter = Counter()
-    salt = np.uint64(int.from_bytes(source.key.encode()[:8].ljust(8, b"\0"), "little"))
-    for table in pair_readers.read_source(source, cfg, stats):
-        h = pairtext.pair_hash(table.column("src"), table.column("tgt")) ^ salt
-        score = table.column("score").to_numpy(zero_copy_only=False)
-        yield table.append_column("h", pa.array(h.view(np.int64))).append_column(
-            "k", pa.array(shuffle_key(h, seed))).append_column(
-            "rank", pa.array(np.where(np.isnan(score), -np.inf, score)))
-    storage.write_bytes_atomic(storage.join(stats_dir, f"{row['i']:06d}.json"),
-                               json.dumps(dict(stats)).encode())
-
-
-def best_of_each_pair(block: pa.Table, dedup: list[str]) -> pa.Table:
-    """One row per duplicate pair (same ``h``; the block is sorted by ``h`` and holds every
-    row of its hashes): the best-scored, ties by shuffle key; pairs not in ``dedup`` all stay."""
-    if block.num_rows == 0:
-        return block
-    order = pc.sort_indices(block, [("h", "ascending"), ("rank", "descending"),
-                                    ("k", "ascending")])
-    block = block.take(order)
-    h = block.column("h").to_numpy()
-    first = np.ones(len(h), bool)
-    first[1:] = h[1:] != h[:-1]
-    keep = first | ~np.isin(block.column("pair").to_numpy(zero_copy_only=False), dedup)
-    return block.filter(pa.array(keep))
-
-
-def _read_stats(stats_dir: str, n: int, sources: list) -> dict[str, dict[str, int]]:
-    """Per language pair: rows read, kept, and dropped by reason (summed over its sources)."""
-    out: dict[str, Counter] = {}
-    for i, source in enumerate(sources[:n]):
-        counts = json.loads(storage.read_text(storage.join(stats_dir, f"{i:06d}.json")))
-        out.setdefault(source.key, Counter()).update(counts)
-    return {k: dict(v) for k, v in out.items()}
-
-
-def _describe(read: Mapping[str, Mapping[str, int]]) -> str:
-    return "; ".join(f"{k}: read {c.get('read', 0):,}, kept {c.get('kept', 0):,}" + "".join(
-        f", {n:,} {why.replace('_', ' ')}" for why, n in sorted(c.items())
-        if why not in ("read", "kept") and n) for k, c in read.items())
-
-
 # -- distillation: every selected sentence -----------------------------------------------------
 
 
@@ -326,7 +185,7 @@ def _selected_splits(ctx: BuildContext) -> tuple[Any, Any, dict]:
     fs, path = storage.pyarrow_filesystem(targets_url(ctx.work("extraction")))
     ds = ray.data.read_parquet(path, filesystem=fs).map_batches(
         with_shuffle_key, batch_format="pyarrow", fn_kwargs={"seed": ctx.cfg.seed})
-    train, dev, _ = _split_last(ds, ctx.cfg.refine.dev_max)
+    train, dev, _ = split_last(ds, ctx.cfg.refine.dev_max)
     return train.drop_columns(["sid", "k"]), dev.drop_columns(["sid", "k"]), {}
 
 
@@ -357,8 +216,8 @@ def _distill_splits(ctx: BuildContext, st: StageDir) -> tuple[Any, Any, dict]:
         label_drawn, batch_format="pyarrow", num_cpus=0.5,
         fn_kwargs={"drawn": storage.find(st.path("drawn")), "seed": seed})
     ds = ds.materialize()
-    train = _where(ds, "split", [0])
-    dev = _where(ds, "split", [1]).sort("k").limit(r.dev_max)
+    train = where(ds, "split", [0])
+    dev = where(ds, "split", [1]).sort("k").limit(r.dev_max)
     cols = ["sid", "split", "k"]
     return train.sort("k").drop_columns(cols), dev.drop_columns(cols), {}
 
