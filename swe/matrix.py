@@ -14,7 +14,9 @@ __all__ = ["DTYPES", "SCALES", "TENSOR", "dequantize_int8", "matrix_tensors", "q
 
 TENSOR = "embeddings"
 _SCALES = "scales"  # int8 models: float32 [V] (scale "row") or [1] (scale "global")
+#: Matrix types ``StaticModel.save`` writes and ``StaticModel.load`` reads.
 DTYPES = ("float32", "float16", "int8")
+#: int8 scale schemes: one scale per row (word) or one for the whole matrix.
 SCALES = ("row", "global")
 _F16_MAX = float(np.finfo(np.float16).max)
 

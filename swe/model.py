@@ -14,7 +14,6 @@ Needs numpy, safetensors, tokenizers and blingfire only: never torch.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -45,14 +44,12 @@ from swe.modelfiles import (
     ModelFolder,
     write_folder,
 )
-from swe.text import cjk_split, has_cjk, is_punctuation, language, strip_marker, words
+from swe.text import cjk_split, has_cjk, is_punctuation, language, strip_marker, unk_token, words
 
 __all__ = ["DTYPES", "FORMAT_VERSION", "OOV_RULES", "PREFIX_MIN", "SCALES", "ModelFileError",
            "StaticModel", "dequantize_int8", "quantize_int8"]
 
 MAX_TOKENIZER_BYTES = 256 << 20  # a bigger tokenizer.json is refused (the largest known: ~20 MB)
-#: Matrix types :meth:`StaticModel.save` writes and :meth:`StaticModel.load` reads.
-#: int8 scale schemes: one scale per row (word) or one for the whole matrix.
 #: Out-of-vocabulary rules: the teacher-subword rule alone, or it then a character prefix.
 OOV_RULES = ("subword", "prefix")
 PREFIX_MIN = 3  # the shortest vocabulary word the ``prefix`` rule falls back to
@@ -425,17 +422,6 @@ class StaticModel:
                        provenance=folder.get("provenance", (dict, type(None)), None))
         except ValueError as e:
             raise ModelFileError(f"{folder.path}: {e}") from None
-
-
-def unk_token(tokenizer: Any) -> str | None:
-    """The tokenizer's unknown token (WordPiece ``unk_token``, Unigram ``unk_id``), if any."""
-    if tokenizer is None:
-        return None
-    model = json.loads(tokenizer.to_str()).get("model", {})
-    if model.get("unk_token"):
-        return model["unk_token"]
-    unk_id = model.get("unk_id")
-    return tokenizer.id_to_token(unk_id) if unk_id is not None else None
 
 
 def _check_text(text: Any, index: int) -> None:

@@ -13,12 +13,13 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 import threading
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import blingfire
 
@@ -37,6 +38,7 @@ __all__ = [
     "strip_marker",
     "unit_keys",
     "units",
+    "unk_token",
     "word_spans",
     "words",
 ]
@@ -213,3 +215,14 @@ def unit_keys(text: str, lang: Language, tokenizer: Tokenizer | None = None,
         else:
             out.append(w)
     return [k.lower() for k in out] if lang.lowercase else out
+
+
+def unk_token(tokenizer: Any) -> str | None:
+    """The tokenizer's unknown token (WordPiece ``unk_token``, Unigram ``unk_id``), if any."""
+    if tokenizer is None:
+        return None
+    model = json.loads(tokenizer.to_str()).get("model", {})
+    if model.get("unk_token"):
+        return model["unk_token"]
+    unk_id = model.get("unk_id")
+    return tokenizer.id_to_token(unk_id) if unk_id is not None else None

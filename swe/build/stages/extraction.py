@@ -369,7 +369,7 @@ class Extractor:
         import torch
 
         from swe.build.teacher import Teacher
-        from swe.model import unk_token
+        from swe.text import unk_token
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         self.teacher = Teacher(teacher_dir, device=device, threads=threads,

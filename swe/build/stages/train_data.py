@@ -48,8 +48,7 @@ if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["PairsConfig", "Result", "TeacherEmbedder", "pair_languages",
-           "sample_partition", "split_urls"]
+__all__ = ["PairsConfig", "Result", "TeacherEmbedder", "sample_partition", "split_urls"]
 
 log = logging.getLogger("swe.build")
 NAME = "train_data"
@@ -68,12 +67,6 @@ class Result(StageResult):
     over_max_pairs: int = 0
 
 
-def pair_languages(key: str) -> tuple[str, str]:
-    """``"en-de"`` → ``("en", "de")``."""
-    src, _, tgt = key.partition("-")
-    return src, tgt
-
-
 def split_urls(ctx: BuildContext) -> tuple[str, str]:
     """The ``train/`` and ``dev/`` folders of Parquet shards this stage wrote."""
     return ctx.work(NAME, "train"), ctx.work(NAME, "dev")
@@ -84,9 +77,10 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     from swe.build.config import check_readable
 
     for key, p in cfg.pairs.items():
-        src, tgt = pair_languages(key)
-        if not src or not tgt or src == tgt:
-            errors.append(f"[pairs.{key}]: name a pair as SRC-TGT, e.g. [pairs.en-de]")
+        try:
+            src, tgt = pairs.languages(key)
+        except ValueError as e:
+            errors.append(str(e))
         else:
             errors.extend(pairs.config_problems(key, p))
             if src not in cfg.languages or tgt not in cfg.languages:

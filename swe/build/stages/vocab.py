@@ -143,7 +143,7 @@ def text_keys(texts: list[str], lang: str,
 def _unk(tok: object) -> str | None:
     if tok is None:
         return None
-    from swe.model import unk_token
+    from swe.text import unk_token
 
     return unk_token(tok)
 
