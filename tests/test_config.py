@@ -57,6 +57,15 @@ def test_refine_and_pairs_validation():
     for needle in ["refine.objective = 'magic'", "refine.batch_size = 1 should be >= 2",
                    "refine.lr = 0 should be > 0", "min_sentences = 2 < train_per_word"]:
         assert needle in msg, (needle, msg)
+    with pytest.raises(ConfigError) as e:
+        load_config(QUICK, ["refine.lr_schedule='cosine'", "refine.teacher_weight=-1"],
+                        output="o")
+    msg = str(e.value)
+    for needle in ["refine.lr_schedule = 'cosine'", "refine.teacher_weight = -1 should be >= 0"]:
+        assert needle in msg, (needle, msg)
+    with pytest.raises(ConfigError, match=r"refine\.teacher_weight is for refine\.objective"):
+        load_config(QUICK, ["refine.objective='contrastive'", "refine.teacher_weight=0.5"],
+                    output="o")
     with pytest.raises(ConfigError, match=r"trains on translation pairs: add \[pairs"):
         load_config(QUICK, ["refine.objective='contrastive'"], output="o")
     with pytest.raises(ConfigError) as e:

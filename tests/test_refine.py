@@ -100,10 +100,15 @@ def test_selected_sentences_are_labelled_by_the_extraction_pass(prepared, minilm
 
 
 def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared):
+    """With the hybrid loss and the linear schedule on: the projection and its Adam moments
+    are checkpointed and restored with the words."""
+    from safetensors import safe_open
+
     out = tmp_path / "killed"
     shutil.copytree(prepared[0], out)
     cfg = _cfg(out, corpus, [*SELECTED, "refine.max_steps=60", "refine.patience=1000",
-                             "refine.max_failures=2"])
+                             "refine.max_failures=2", "refine.teacher_weight=1.0",
+                             "refine.lr_schedule='linear'"])
     killed: list[int] = []
 
     def kill_after_first_checkpoint():
@@ -128,6 +133,10 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared)
     assert r.steps == 60 and len(r.resumed_at) == 1 and 0 < r.resumed_at[0] < 60
     steps = [e["step"] for e in _history(out)["history"]]
     assert steps == list(range(5, 61, 5))  # continued from the checkpoint: no step repeated
+    last = sorted((out / "work/refine/runs").glob("*/checkpoint_*/state.safetensors"))[-1]
+    with safe_open(str(last), "pt") as f:
+        assert {"proj", "proj.exp_avg", "proj.exp_avg_sq"} <= set(f.keys())
+        assert tuple(f.get_tensor("proj").shape) == (64, 384)  # pca.dim -> MiniLM's dimension
 
 
 def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_runs(

@@ -11,6 +11,8 @@ their translations. All take ``[B, d]`` batches; dimensions of student and teach
   student(t) must reproduce, against the student's sources, the teacher's distribution of s over
   the sources — diagonal included, where the teacher's similarity is maximal (cos = 1), so t is
   pulled onto s with soft, teacher-given negatives.
+- :func:`cosine_distance`: 1 − cos per row; the hybrid loss (``refine.teacher_weight``) adds it
+  between the student mapped by a learned linear projection and the teacher.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["contrastive_loss", "cosine_matrix", "distillation_loss", "kd_loss"]
+__all__ = ["contrastive_loss", "cosine_distance", "cosine_matrix", "distillation_loss",
+           "kd_loss"]
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -26,6 +29,11 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tenso
     a = F.normalize(a, dim=-1)
     b = a if b is None else F.normalize(b, dim=-1)
     return a @ b.T
+
+
+def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``[B]``: 1 − cos between row i of ``a`` and row i of ``b`` (the hybrid loss's term)."""
+    return 1 - F.cosine_similarity(a, b, dim=-1)
 
 
 def _off_diagonal(m: torch.Tensor) -> torch.Tensor:

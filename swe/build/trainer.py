@@ -85,43 +85,55 @@ def _sizes(rows: int, world: int) -> list[int]:
 
 
 def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
-          sizes: list[int] | None = None, rank: int = 0) -> Any:
+          sizes: list[int] | None = None, rank: int = 0, proj: Any = None,
+          teacher_weight: float = 0.0) -> Any:
     """The objective's loss on one batch; with ``sizes`` (several workers), over the global
-    batch gathered from every worker, so in-batch negatives span all of them."""
+    batch gathered from every worker, so in-batch negatives span all of them. With ``proj``
+    (distill), plus ``teacher_weight`` times the mean cosine distance between the student's
+    sentence vectors mapped by ``proj`` and the teacher's."""
     import torch.nn.functional as F
 
     from swe.build import losses
 
-    def side(name: str) -> Any:
+    def own(name: str) -> Any:
         ids, offs = batch[name]
-        x = F.embedding_bag(ids.to(weight.device), weight, offs.to(weight.device), mode="mean")
+        return F.embedding_bag(ids.to(weight.device), weight, offs.to(weight.device), mode="mean")
+
+    def every(x: Any) -> Any:
         return x if sizes is None else _gather(x, sizes, rank)
 
-    def teacher() -> Any:
-        t = batch["teacher"].to(weight.device)
-        return t if sizes is None else _gather(t, sizes, rank)
-
-    if objective == "distill":
-        return losses.distillation_loss(side("src"), teacher(), tau)
     if objective == "contrastive":
-        return losses.contrastive_loss(side("src"), side("tgt"), tau)
+        return losses.contrastive_loss(every(own("src")), every(own("tgt")), tau)
+    src, teacher = own("src"), batch["teacher"].to(weight.device)
     if objective == "kd":
-        return losses.kd_loss(side("src"), side("tgt"), teacher(), tau)
-    raise ValueError(f"unknown objective {objective!r}")
+        return losses.kd_loss(every(src), every(own("tgt")), every(teacher), tau)
+    if objective != "distill":
+        raise ValueError(f"unknown objective {objective!r}")
+    loss = losses.distillation_loss(every(src), every(teacher), tau)
+    if proj is None:
+        return loss
+    rows = len(src) if sizes is None else sum(sizes)  # a share of the global batch's mean
+    return loss + teacher_weight * losses.cosine_distance(src @ proj, teacher).sum() / rows
 
 
 # -- checkpoints ----------------------------------------------------------------------------------
 
 
-def _save_state(directory: str, weight: Any, best: Any, opt: Any, state: dict) -> None:
+def _save_state(directory: str, params: dict[str, Any], best: Any, opt: Any,
+                state: dict) -> None:
+    """``params`` (``weight``, and ``proj`` with the hybrid loss), the best matrix and Adam's
+    moments of each (``exp_avg``, ``proj.exp_avg``, ...)."""
     from safetensors.torch import save_file
 
-    moments = opt.state.get(weight, {})
-    tensors = {"weight": weight.detach().cpu().contiguous(), "best": best.cpu().contiguous()}
-    if moments:
-        tensors["exp_avg"] = moments["exp_avg"].cpu().contiguous()
-        tensors["exp_avg_sq"] = moments["exp_avg_sq"].cpu().contiguous()
-        state = {**state, "adam_step": float(moments["step"])}
+    tensors = {"best": best.cpu().contiguous()}
+    for name, p in params.items():
+        prefix = "" if name == "weight" else f"{name}."
+        tensors[name] = p.detach().cpu().contiguous()
+        moments = opt.state.get(p, {})
+        if moments:
+            tensors[prefix + "exp_avg"] = moments["exp_avg"].cpu().contiguous()
+            tensors[prefix + "exp_avg_sq"] = moments["exp_avg_sq"].cpu().contiguous()
+            state = {**state, "adam_step": float(moments["step"])}
     save_file(tensors, os.path.join(directory, "state.safetensors"))
     with open(os.path.join(directory, "state.json"), "w") as f:
         json.dump(state, f)
@@ -136,18 +148,20 @@ def load_state(directory: str) -> tuple[dict, dict]:
     return load_file(os.path.join(directory, "state.safetensors")), state
 
 
-def _restore(ckpt: Any, weight: Any, opt: Any, device: Any) -> tuple[Any, dict]:
-    """Load a checkpoint into ``weight`` and Adam's moments; ``(best matrix, state)``."""
+def _restore(ckpt: Any, params: dict[str, Any], opt: Any, device: Any) -> tuple[Any, dict]:
+    """Load a checkpoint into ``params`` and Adam's moments; ``(best matrix, state)``."""
     import torch
 
     with ckpt.as_directory() as d:
         tensors, state = load_state(d)
-    with torch.no_grad():
-        weight.copy_(tensors["weight"].to(device))
-    if "exp_avg" in tensors:  # restore Adam's moments so the run continues, not restarts
-        opt.state[weight] = {"step": torch.tensor(state["adam_step"]),
-                             "exp_avg": tensors["exp_avg"].to(device),
-                             "exp_avg_sq": tensors["exp_avg_sq"].to(device)}
+    for name, p in params.items():
+        prefix = "" if name == "weight" else f"{name}."
+        with torch.no_grad():
+            p.copy_(tensors[name].to(device))
+        if prefix + "exp_avg" in tensors:  # Adam's moments: the run continues, not restarts
+            opt.state[p] = {"step": torch.tensor(state["adam_step"]),
+                            "exp_avg": tensors[prefix + "exp_avg"].to(device),
+                            "exp_avg_sq": tensors[prefix + "exp_avg_sq"].to(device)}
     state.setdefault("epoch", 0)
     state.setdefault("pos", 0)
     state["resumed_at"].append(state["step"])
@@ -168,10 +182,33 @@ def _dev_batches(collate: Collate, batch_size: int) -> list[dict]:
 
 
 def _dev_loss(obj: str, weight: Any, dev: list[dict], tau: float) -> float:
+    """The objective's validation loss (the hybrid loss's cosine term left out, so runs with
+    and without it are chosen and compared on one measure)."""
     import torch
 
     with torch.no_grad():
         return float(np.mean([float(_loss(obj, weight, b, tau)) for b in dev]))
+
+
+def _fit_projection(weight: Any, dev: list[dict]) -> Any:
+    """The hybrid loss's map from student to teacher space, started at the least-squares fit
+    of the teacher's validation embeddings from the student's (then trained with the words)."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        src = torch.cat([F.embedding_bag(b["src"][0].to(weight.device), weight,
+                                         b["src"][1].to(weight.device), mode="mean")
+                         for b in dev])
+        teacher = torch.cat([b["teacher"] for b in dev]).to(weight.device)
+        return torch.linalg.lstsq(src, teacher).solution
+
+
+def _lr_factor(config: dict, step: int) -> float:
+    """The learning rate's multiplier before step ``step + 1`` (``refine.lr_schedule``)."""
+    if config.get("lr_schedule", "constant") == "linear":
+        return max(0.0, 1.0 - step / config["max_steps"])
+    return 1.0
 
 
 def _train_batches(config: dict, collate: Collate, epoch: int, skip: int) -> Iterator[dict]:
@@ -197,7 +234,8 @@ def _train_batches(config: dict, collate: Collate, epoch: int, skip: int) -> Ite
             yield batch
 
 
-def _step(config: dict, weight: Any, opt: Any, batch: dict, rank: int) -> float | None:
+def _step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int,
+          step: int) -> float | None:
     """One optimiser step on the global batch; ``None`` when it had fewer than 2 rows."""
     import torch
 
@@ -205,13 +243,17 @@ def _step(config: dict, weight: Any, opt: Any, batch: dict, rank: int) -> float 
     sizes = _sizes(batch["rows"], world)
     if sum(sizes) < 2:
         return None
-    loss = _loss(config["objective"], weight, batch, config["tau"],
-                 sizes if world > 1 else None, rank)
+    loss = _loss(config["objective"], params["weight"], batch, config["tau"],
+                 sizes if world > 1 else None, rank, params.get("proj"),
+                 config.get("teacher_weight", 0.0))
     opt.zero_grad(set_to_none=False)
     loss.backward()
-    if world > 1:  # each worker's gradient covers its own rows of the one global loss
-        torch.distributed.all_reduce(weight.grad)
-    torch.nn.utils.clip_grad_norm_(weight, config["clip"])
+    for p in params.values():
+        if world > 1:  # each worker's gradient covers its own rows of the one global loss
+            torch.distributed.all_reduce(p.grad)
+    torch.nn.utils.clip_grad_norm_(list(params.values()), config["clip"])
+    for group in opt.param_groups:
+        group["lr"] = config["lr"] * _lr_factor(config, step)
     opt.step()
     return float(loss)
 
@@ -231,7 +273,7 @@ def _evaluate(config: dict, state: dict, weight: Any, best: Any, dev: list[dict]
     return best
 
 
-def _report(config: dict, state: dict, weight: Any, best: Any, opt: Any, rank: int,
+def _report(config: dict, state: dict, params: dict[str, Any], best: Any, opt: Any, rank: int,
             due: bool) -> None:
     import ray.train
 
@@ -240,7 +282,7 @@ def _report(config: dict, state: dict, weight: Any, best: Any, opt: Any, rank: i
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = None
         if rank == 0 and due:
-            _save_state(tmp, weight, best, opt, state)
+            _save_state(tmp, params, best, opt, state)
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
         ray.train.report(metrics, checkpoint=checkpoint)
 
@@ -261,25 +303,28 @@ def train_loop(config: dict) -> None:
     if not dev:
         raise ValueError("refinement needs at least 2 validation rows with known words")
     weight = torch.nn.Parameter(torch.from_numpy(model.vectors.copy()).to(device))
-    opt = torch.optim.Adam([weight], lr=config["lr"])
+    params = {"weight": weight}
+    if config.get("teacher_weight", 0.0) > 0 and config["objective"] == "distill":
+        params["proj"] = torch.nn.Parameter(_fit_projection(weight, dev))
+    opt = torch.optim.Adam(list(params.values()), lr=config["lr"])
     best = weight.detach().clone()
     state = {"step": 0, "epoch": 0, "pos": 0, "best_loss": None, "best_step": 0, "bad": 0,
              "history": [], "resumed_at": [], "train_rows": config["train_rows"],
              "dev_rows": sum(b["rows"] for b in dev)}
     ckpt = ray.train.get_checkpoint()
     if ckpt:
-        best, state = _restore(ckpt, weight, opt, device)
+        best, state = _restore(ckpt, params, opt, device)
     else:
         state["initial_dev_loss"] = _dev_loss(config["objective"], weight, dev, config["tau"])
-    _epochs(config, state, weight, opt, best, dev, rank)
+    _epochs(config, state, params, opt, best, dev, rank)
 
 
 def _stopping(config: dict, state: dict) -> bool:
     return state["step"] >= config["max_steps"] or state["bad"] >= config["patience"]
 
 
-def _epochs(config: dict, state: dict, weight: Any, opt: Any, best: Any, dev: list[dict],
-            rank: int) -> None:
+def _epochs(config: dict, state: dict, params: dict[str, Any], opt: Any, best: Any,
+            dev: list[dict], rank: int) -> None:
     """Train epoch after epoch until ``max_steps`` or early stopping."""
     last_saved, since = state["step"], []
     while not _stopping(config, state):
@@ -287,7 +332,7 @@ def _epochs(config: dict, state: dict, weight: Any, opt: Any, best: Any, dev: li
         for batch in _train_batches(config, config["collate"], state["epoch"],
                                     state["pos"]):
             t = time.perf_counter()
-            loss = _step(config, weight, opt, batch, rank)
+            loss = _step(config, params, opt, batch, rank, state["step"])
             state["step_seconds"] = state.get("step_seconds", 0.0) + time.perf_counter() - t
             state["pos"] += 1
             if loss is None:
@@ -297,10 +342,10 @@ def _epochs(config: dict, state: dict, weight: Any, opt: Any, best: Any, dev: li
             since.append(loss)
             if state["step"] % config["eval_every"] and state["step"] < config["max_steps"]:
                 continue
-            best = _evaluate(config, state, weight, best, dev, since)
+            best = _evaluate(config, state, params["weight"], best, dev, since)
             due = state["step"] - last_saved >= config["checkpoint_every"] or _stopping(
                 config, state)
-            _report(config, state, weight, best, opt, rank, due)
+            _report(config, state, params, best, opt, rank, due)
             last_saved = state["step"] if due else last_saved
             if _stopping(config, state):
                 return

@@ -63,6 +63,13 @@ class RefineConfig:
     batch_size: int = field(default=128, metadata={
         "min": 2, "help": "sentences or pairs per step; >= 2 for in-batch negatives"})
     lr: float = field(default=1e-3, metadata={"gt": 0, "help": "Adam learning rate"})
+    lr_schedule: str = field(default="constant", metadata={"choices": {
+        "constant": "the paper's: lr throughout",
+        "linear": "lr decays linearly to 0 at max_steps"}, "help": "the learning rate's schedule"})
+    teacher_weight: float = field(default=0.0, metadata={
+        "min": 0, "help": "distill: weight of a cosine-to-teacher term added to the relational "
+                          "loss (the student through a learned linear map to the teacher's "
+                          "dimension, thrown away after training); 0 = the paper's loss"})
     clip: float = field(default=5.0, metadata={"gt": 0, "help": "gradient norm clipping"})
     tau: float = field(default=0.05, metadata={"gt": 0, "help": "softmax temperature"})
     max_steps: int = field(default=30_000, metadata={"min": 1, "help": "training steps at most"})
@@ -109,6 +116,9 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     if r.objective == "distill" and cfg.extraction.mode != "sentence":
         errors.append("refine.objective = 'distill' samples the selected sentences: it needs "
                       "extraction.mode = 'sentence'")
+    if r.teacher_weight and r.objective != "distill":
+        errors.append("refine.teacher_weight is for refine.objective = 'distill' (the other "
+                      "objectives have no teacher embedding of every side)")
     if r.sentences == "selected" and r.objective != "distill":
         errors.append("refine.sentences = 'selected' is for refine.objective = 'distill'")
     if r.batch_size % r.workers:
@@ -130,10 +140,14 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
 
 
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
-    """The optimisation settings (resources and checkpoint cadence do not count)."""
+    """The optimisation settings (resources and checkpoint cadence do not count; the later
+    settings only when not at their defaults, so earlier runs keep their hash)."""
     r = cfg.refine
+    later = tuple((k, v) for k, v, default in (("lr_schedule", r.lr_schedule, "constant"),
+                                               ("teacher_weight", r.teacher_weight, 0.0))
+                  if v != default)
     return (r.batch_size, r.lr, r.clip, r.tau, r.max_steps, r.eval_every, r.patience, r.workers,
-            r.shuffle_buffer)
+            r.shuffle_buffer, *later)
 
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
@@ -202,6 +216,8 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
         train_loop,
         train_loop_config={"init_model": init_model, "objective": refine.objective,
                            "batch_size": refine.batch_size, "lr": refine.lr,
+                           "lr_schedule": refine.lr_schedule,
+                           "teacher_weight": refine.teacher_weight,
                            "clip": refine.clip, "tau": refine.tau,
                            "max_steps": refine.max_steps, "eval_every": refine.eval_every,
                            "patience": refine.patience, "seed": seed, "use_gpu": use_gpu,
