@@ -66,6 +66,8 @@ def test_refine_and_pairs_validation():
     with pytest.raises(ConfigError, match=r"refine\.teacher_weight is for refine\.objective"):
         load_config(QUICK, ["refine.objective='contrastive'", "refine.teacher_weight=0.5"],
                     output="o")
+    with pytest.raises(ConfigError, match=r"refine\.kd_weight is for refine\.objective"):
+        load_config(QUICK, ["refine.objective='distill'", "refine.kd_weight=0.5"], output="o")
     with pytest.raises(ConfigError, match=r"trains on translation pairs: add \[pairs"):
         load_config(QUICK, ["refine.objective='contrastive'"], output="o")
     with pytest.raises(ConfigError) as e:

@@ -82,7 +82,7 @@ def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs, data_dir)
         "corpus.de.split_sentences=false",
         f"pairs.en-de.paths=['{s3}/ccmatrix/de-en.txt.zip', '{s3}/ccmatrix/de-en.tsv.xz']",
         "pairs.en-de.max_pairs=2500", "refine.objective='contrastive'", "refine.dev_max=100",
-        "refine.max_steps=40", "refine.patience=100"], output=out)
+        "refine.max_steps=40", "refine.patience=100", "refine.kd_weight=0.5"], output=out)
     report = build(cfg)
     data = report["train_data"]
     read = data.read["en-de"]
@@ -103,6 +103,8 @@ def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs, data_dir)
     assert len(got) == 2500 and set(got) == wanted
     kept_scores = train.column("score").to_pylist() + dev.column("score").to_pylist()
     assert sorted(kept_scores) == sorted(best[p] for p in wanted)
+    # refine.kd_weight: train_data ran the teacher over every pair's source.
+    assert len(train.column("teacher")[0]) == len(dev.column("teacher")[0]) == 384
     # The global shuffle: validation is the tail of one seed-keyed order.
     assert dev.column("k").to_numpy().min() > train.column("k").to_numpy().max()
     r = report["refine"]

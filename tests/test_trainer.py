@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from swe.build.losses import distillation_loss
+from swe.build.losses import contrastive_loss, distillation_loss, kd_loss
 from swe.build.trainer import _fit_projection, _loss, _lr_factor, _restore, _save_state
 
 
@@ -35,6 +35,21 @@ def test_hybrid_loss_adds_the_weighted_cosine_distance_and_trains_the_projection
     assert torch.allclose(hybrid, relational + 0.7 * cos)
     hybrid.backward()
     assert proj.grad.abs().sum() > 0 and weight.grad.abs().sum() > 0
+
+
+def test_contrastive_with_kd_weight_adds_the_weighted_kd_loss():
+    g = torch.Generator().manual_seed(3)
+    weight = torch.randn(5, 4, generator=g)
+    teacher = torch.randn(4, 6, generator=g)
+    tgt_rows = [[4], [3, 2], [0], [1, 2], [0, 4]]
+    batch = _batch(ROWS[:4], teacher)
+    batch["tgt"] = _batch(tgt_rows[:4], teacher)["src"]
+    src = torch.stack([weight[r].mean(0) for r in ROWS[:4]])
+    tgt = torch.stack([weight[r].mean(0) for r in tgt_rows[:4]])
+    plain = contrastive_loss(src, tgt, 0.05)
+    assert torch.allclose(_loss("contrastive", weight, batch, 0.05), plain)
+    assert torch.allclose(_loss("contrastive", weight, batch, 0.05, kd_weight=0.5),
+                          plain + 0.5 * kd_loss(src, tgt, teacher, 0.05))
 
 
 def test_projection_starts_at_the_least_squares_fit():

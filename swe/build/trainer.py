@@ -86,11 +86,12 @@ def _sizes(rows: int, world: int) -> list[int]:
 
 def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
           sizes: list[int] | None = None, rank: int = 0, proj: Any = None,
-          teacher_weight: float = 0.0) -> Any:
+          teacher_weight: float = 0.0, kd_weight: float = 0.0) -> Any:
     """The objective's loss on one batch; with ``sizes`` (several workers), over the global
     batch gathered from every worker, so in-batch negatives span all of them. With ``proj``
     (distill), plus ``teacher_weight`` times the mean cosine distance between the student's
-    sentence vectors mapped by ``proj`` and the teacher's."""
+    sentence vectors mapped by ``proj`` and the teacher's; with ``kd_weight`` (contrastive),
+    plus that times the kd loss."""
     import torch.nn.functional as F
 
     from swe.build import losses
@@ -102,9 +103,12 @@ def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
     def every(x: Any) -> Any:
         return x if sizes is None else _gather(x, sizes, rank)
 
-    if objective == "contrastive":
+    if objective == "contrastive" and not kd_weight:
         return losses.contrastive_loss(every(own("src")), every(own("tgt")), tau)
     src, teacher = own("src"), batch["teacher"].to(weight.device)
+    if objective == "contrastive":
+        s, t, tt = every(src), every(own("tgt")), every(teacher)
+        return losses.contrastive_loss(s, t, tau) + kd_weight * losses.kd_loss(s, t, tt, tau)
     if objective == "kd":
         return losses.kd_loss(every(src), every(own("tgt")), every(teacher), tau)
     if objective != "distill":
@@ -245,7 +249,7 @@ def _step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int
         return None
     loss = _loss(config["objective"], params["weight"], batch, config["tau"],
                  sizes if world > 1 else None, rank, params.get("proj"),
-                 config.get("teacher_weight", 0.0))
+                 config.get("teacher_weight", 0.0), config.get("kd_weight", 0.0))
     opt.zero_grad(set_to_none=False)
     loss.backward()
     for p in params.values():

@@ -70,6 +70,9 @@ class RefineConfig:
         "min": 0, "help": "distill: weight of a cosine-to-teacher term added to the relational "
                           "loss (the student through a learned linear map to the teacher's "
                           "dimension, thrown away after training); 0 = the paper's loss"})
+    kd_weight: float = field(default=0.0, metadata={
+        "min": 0, "help": "contrastive: weight of the kd loss added to it (the teacher's "
+                          "embedding of every pair's source; train_data runs the teacher)"})
     clip: float = field(default=5.0, metadata={"gt": 0, "help": "gradient norm clipping"})
     tau: float = field(default=0.05, metadata={"gt": 0, "help": "softmax temperature"})
     max_steps: int = field(default=30_000, metadata={"min": 1, "help": "training steps at most"})
@@ -119,6 +122,9 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     if r.teacher_weight and r.objective != "distill":
         errors.append("refine.teacher_weight is for refine.objective = 'distill' (the other "
                       "objectives have no teacher embedding of every side)")
+    if r.kd_weight and r.objective != "contrastive":
+        errors.append("refine.kd_weight is for refine.objective = 'contrastive' (objective = "
+                      "'kd' is the kd loss alone)")
     if r.sentences == "selected" and r.objective != "distill":
         errors.append("refine.sentences = 'selected' is for refine.objective = 'distill'")
     if r.batch_size % r.workers:
@@ -144,7 +150,8 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     settings only when not at their defaults, so earlier runs keep their hash)."""
     r = cfg.refine
     later = tuple((k, v) for k, v, default in (("lr_schedule", r.lr_schedule, "constant"),
-                                               ("teacher_weight", r.teacher_weight, 0.0))
+                                               ("teacher_weight", r.teacher_weight, 0.0),
+                                               ("kd_weight", r.kd_weight, 0.0))
                   if v != default)
     return (r.batch_size, r.lr, r.clip, r.tau, r.max_steps, r.eval_every, r.patience, r.workers,
             r.shuffle_buffer, *later)
@@ -218,6 +225,7 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
                            "batch_size": refine.batch_size, "lr": refine.lr,
                            "lr_schedule": refine.lr_schedule,
                            "teacher_weight": refine.teacher_weight,
+                           "kd_weight": refine.kd_weight,
                            "clip": refine.clip, "tau": refine.tau,
                            "max_steps": refine.max_steps, "eval_every": refine.eval_every,
                            "patience": refine.patience, "seed": seed, "use_gpu": use_gpu,

@@ -105,6 +105,13 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
     return ("selection",) if cfg.refine.objective == "distill" else ()
 
 
+def needs_teacher(cfg: BuildConfig) -> bool:
+    """Whether the rows carry the teacher's embedding of ``src`` (distill, kd, or contrastive
+    with ``refine.kd_weight``)."""
+    r = cfg.refine
+    return r.objective in ("distill", "kd") or (r.objective == "contrastive" and r.kd_weight > 0)
+
+
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     """The pair sources and filters (pair objectives), teacher, seed and sampling settings."""
     r = cfg.refine
@@ -112,8 +119,9 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
         (k, asdict(p)) for k, p in cfg.pairs.items()),)
     if writes_targets(cfg):
         return (teacher, cfg.seed, r.objective, r.sentences, r.dev_max, {"layout": LAYOUT})
+    with_teacher = ("teacher",) if r.objective == "contrastive" and needs_teacher(cfg) else ()
     return (*srcs, teacher, cfg.seed, r.objective, r.min_sentences, r.train_per_word,
-            r.dev_per_word, r.dev_max, {"layout": LAYOUT})
+            r.dev_per_word, r.dev_max, {"layout": LAYOUT}, *with_teacher)
 
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
@@ -146,7 +154,7 @@ def _write(ctx: BuildContext, ds: Any, split: str) -> int:
     write ``split``'s shards; rows."""
     url = ctx.work(NAME, split)
     storage.remove_tree(url)
-    if ctx.cfg.refine.objective in ("distill", "kd") and not writes_targets(ctx.cfg):
+    if needs_teacher(ctx.cfg) and not writes_targets(ctx.cfg):
         ds = _with_teacher(ctx, ds)
     fs, path = storage.pyarrow_filesystem(url)
     ds.write_parquet(path, filesystem=fs, min_rows_per_file=50_000)
