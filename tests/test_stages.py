@@ -8,7 +8,8 @@ import pyarrow.parquet
 import pytest
 
 from swe.build.stages import pca, selection
-from swe.build.stages.extraction import align, length_batches
+from swe.build.stages.extraction import align
+from swe.build.teacher import Teacher, length_groups
 from swe.storage import write_parquet
 from swe.text import language, units
 
@@ -54,13 +55,37 @@ def test_align_with_prefix(hf_tok):
     assert got == {"cats": ["cats"]}
 
 
-def test_length_batches_respect_budget():
+def test_length_groups_hold_one_padded_length_within_budget():
     rng = np.random.default_rng(0)
-    ntok = rng.integers(3, 120, 500)
-    batches = length_batches(ntok, budget=1024)
-    assert sorted(np.concatenate(batches).tolist()) == list(range(500))
-    for b in batches:
-        assert len(b) == 1 or (ntok[b].max() + 2) * len(b) <= 1024
+    lengths = rng.integers(3, 120, 500)
+    for multiple in (1, 8):
+        batches = length_groups(lengths, budget=1024, multiple=multiple)
+        assert sorted(np.concatenate(batches).tolist()) == list(range(500))
+        for b in batches:
+            padded = -(-lengths[b] // multiple) * multiple
+            assert len(set(padded.tolist())) == 1
+            assert len(b) == 1 or padded[0] * len(b) <= 1024
+
+
+def test_teacher_states_do_not_depend_on_the_batch(minilm, data_dir):
+    """The real teacher on CPU: a sentence's states are bitwise the same in any batch its
+    texts' lengths put it in (what makes extraction reproducible across retries and nodes)."""
+    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.00.txt.xz", "rt") as fh:
+        texts = [next(fh).strip() for _ in range(400)]
+    teacher = Teacher(str(minilm), threads=1)
+
+    def states(subset: list[int], budget: int) -> dict[int, np.ndarray]:
+        got = {}
+        for idx in teacher.batches([texts[i] for i in subset], budget):
+            hidden, _, mask = teacher.hidden_states([texts[subset[j]] for j in idx])
+            got.update({subset[j]: hidden[k, mask[k] > 0] for k, j in enumerate(idx)})
+        return got
+
+    whole = states(list(range(len(texts))), 8192)
+    order = np.random.default_rng(1).permutation(len(texts)).tolist()
+    for start in range(0, len(texts), 150):
+        for i, h in states(order[start:start + 150], 2048).items():
+            assert np.array_equal(h, whole[i]), texts[i]
 
 
 def _brute_force(texts, ntok, sids, words, n, c):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Teacher", "TeacherSpec", "minilm_dir", "read_spec"]
+__all__ = ["Teacher", "TeacherSpec", "length_groups", "minilm_dir", "read_spec"]
 
 
 def minilm_dir() -> Path:
@@ -64,6 +64,22 @@ def read_spec(path: str) -> TeacherSpec:
     return TeacherSpec(path, pooling, prefix, normalize or not modules)
 
 
+def length_groups(lengths: np.ndarray, budget: int, multiple: int = 1) -> list[np.ndarray]:
+    """Indices by token length (with specials), cut where the length rounded up to
+    ``multiple`` changes or a batch's padded size would pass ``budget``."""
+    padded = -(-np.asarray(lengths, np.int64) // multiple) * multiple
+    order = np.argsort(padded, kind="stable")
+    batches, cur = [], []
+    for i in order.tolist():
+        if cur and (padded[i] != padded[cur[0]] or padded[i] * (len(cur) + 1) > budget):
+            batches.append(np.asarray(cur))
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(np.asarray(cur))
+    return batches
+
+
 class Teacher:
     """Runs the frozen teacher: token-level last hidden states and pooled sentence embeddings.
 
@@ -85,6 +101,18 @@ class Teacher:
         self.model.eval().to(device)
         self.dim = int(self.model.config.hidden_size)
         self.max_length = min(512, int(getattr(self.tokenizer, "model_max_length", 512) or 512))
+        # Pad to a multiple of 8 on GPU (tensor cores); not at all on CPU, where batches then
+        # hold sentences of one length and a sentence's states do not depend on its batch.
+        self.pad_multiple = 8 if device.startswith("cuda") else 1
+
+    def batches(self, texts: list[str], token_budget: int) -> list[np.ndarray]:
+        """Indices of ``texts`` in batches for :meth:`hidden_states`: one padded length per
+        batch (see :func:`length_groups`), so on CPU every sentence's states are bitwise the
+        same whichever other sentences share its batch: reruns and retries reproduce them."""
+        ids = self.tokenizer([self.spec.prefix + t for t in texts], truncation=True,
+                             max_length=self.max_length)["input_ids"]
+        return length_groups(np.array([len(x) for x in ids], np.int64), token_budget,
+                             self.pad_multiple)
 
     def hidden_states(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(hidden [B, T, d] float32 numpy, offsets [B, T, 2], mask [B, T])`` for texts
@@ -92,8 +120,9 @@ class Teacher:
         import torch
 
         enc = self.tokenizer([self.spec.prefix + t for t in texts], padding=True,
-                             truncation=True, max_length=self.max_length,
-                             return_offsets_mapping=True, return_tensors="pt")
+                             pad_to_multiple_of=self.pad_multiple, truncation=True,
+                             max_length=self.max_length, return_offsets_mapping=True,
+                             return_tensors="pt")
         offsets = enc.pop("offset_mapping").numpy()
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
         with torch.inference_mode(), torch.autocast(kind, torch.bfloat16, enabled=self.bf16):

@@ -61,12 +61,9 @@ class TeacherEncoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Pooled teacher embeddings ``[n, d]``, float32."""
-        from swe.build.stages.extraction import length_batches
-
         texts = list(texts)
         out = np.zeros((len(texts), self.teacher.dim), np.float32)
-        lengths = np.array([len(t) for t in texts]) // 3 + 1
-        for idx in length_batches(lengths, budget=self.batch_size * 64):
+        for idx in self.teacher.batches(texts, self.batch_size * 64):
             out[idx] = self.teacher.embed([texts[i] for i in idx])
         return out
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["Extractor", "Result", "actor_count", "align", "assemble_step1", "length_batches",
+__all__ = ["Extractor", "Result", "actor_count", "align", "assemble_step1",
            "reduce_sums", "to_fixed"]
 
 log = logging.getLogger("swe.build")
@@ -153,12 +153,11 @@ def _model2vec_waves(ctx: BuildContext) -> list[Wave]:
     """One job over every vocabulary entry, each its own "sentence"."""
     import ray
 
-    tok = storage.load_tokenizer(ctx.teacher)
     rows = []
     for lang in ctx.cfg.languages:
         for i, w in enumerate(read_words(ctx.work("vocab", f"{lang}.parquet"))):
             rows.append({"sid": len(rows), "text": w, "lang": lang, "word_ids": [i],
-                         "part": "m2v", "ntok": len(tok.encode(w, add_special_tokens=False).ids)})
+                         "part": "m2v"})
     blocks = max(1, math.ceil(len(rows) / ctx.cfg.extraction.batch_size))
     return [({"m2v": len(rows)}, lambda: ray.data.from_items(rows, override_num_blocks=blocks))]
 
@@ -297,22 +296,6 @@ def assemble_step1(stage_dir: str, parts: int, vocab: dict[str, str], teacher: s
     return {"words": len(words), "with_vectors": len(z["word_id"]), "node": node_id()}
 
 
-def length_batches(ntok: np.ndarray, budget: int, specials: int = 2) -> list[np.ndarray]:
-    """Indices sorted by length, cut into batches whose padded size stays within ``budget``."""
-    order = np.argsort(ntok, kind="stable")
-    batches, cur, longest = [], [], 0
-    for i in order:
-        n = int(ntok[i]) + specials
-        if cur and max(longest, n) * (len(cur) + 1) > budget:
-            batches.append(np.asarray(cur))
-            cur, longest = [], 0
-        cur.append(i)
-        longest = max(longest, n)
-    if cur:
-        batches.append(np.asarray(cur))
-    return batches
-
-
 def align(spans: list[tuple[str, int, int]], targets: list[str], offsets: np.ndarray,
           mask: np.ndarray, shift: int = 0) -> dict[str, np.ndarray]:
     """Token indices of each target word's first occurrence.
@@ -393,7 +376,7 @@ class Extractor:
         sums: dict[int, np.ndarray] = {}
         counts: dict[int, int] = {}
         pooled = np.zeros((len(texts), self.teacher.dim), np.float32) if self.targets else None
-        for idx in length_batches(batch.column("ntok").to_numpy(), self.budget):
+        for idx in self.teacher.batches(texts, self.budget):
             hidden, offsets, mask = self.teacher.hidden_states([texts[i] for i in idx])
             if pooled is not None:
                 pooled[idx] = self.teacher.pool(hidden, mask)

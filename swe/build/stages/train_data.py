@@ -40,7 +40,7 @@ from swe.build.pairs import PairsConfig
 from swe.build.runner import StageResult
 from swe.build.shuffle import shuffle_key
 from swe.build.splits import split_last, where
-from swe.build.stages.extraction import actor_count, length_batches, targets_url, writes_targets
+from swe.build.stages.extraction import actor_count, targets_url, writes_targets
 from swe.build.stages.selection import selected_parts
 from swe.build.tasks import run_sharded
 
@@ -307,10 +307,8 @@ class TeacherEmbedder:
     def __call__(self, batch: pa.Table) -> pa.Table:
         """``batch`` with the ``teacher`` embedding of each row's ``src``."""
         texts = batch.column("src").to_pylist()
-        ntok = np.array([len(ids) for ids in self.teacher.tokenizer(
-            texts, add_special_tokens=False)["input_ids"]])
         out = np.zeros((len(texts), self.teacher.dim), np.float32)
-        for idx in length_batches(ntok, self.budget, specials=8):  # + prefix
+        for idx in self.teacher.batches(texts, self.budget):
             out[idx] = self.teacher.embed([texts[k] for k in idx])
         flat = pa.array(out.reshape(-1))
         return batch.append_column("teacher",
