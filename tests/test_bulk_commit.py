@@ -5,6 +5,7 @@ import contextlib
 import itertools
 import lzma
 import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -79,6 +80,17 @@ def _fail_once(monkeypatch, method: str, match: str) -> list:
     return hits
 
 
+def _assert_cpus_released(when: str) -> None:
+    """A failed job's actors are gone (their CPUs free) soon after it raises: a process that
+    goes on, like this test session, does not starve its next job."""
+    import ray
+
+    deadline = time.time() + 20
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.time() < deadline, f"CPUs still held after the fault at {when}"
+        time.sleep(0.2)
+
+
 def _check_complete(out: str, n: int, dtype: str) -> str:
     """The output at ``out`` is one whole version: n rows, ids unique and complete."""
     table = read_output(out).to_table()
@@ -109,6 +121,7 @@ def test_faults_at_every_step_on_s3(s3, setup, monkeypatch):
                 encode_files(model_path, inputs, out, options=new)
         assert hits, match
         assert _check_complete(out, 1200, "float32") == old_run, match
+        _assert_cpus_released(match)
     # the parts written before the manifest fault are reused: the rerun only publishes
     with monkeypatch.context() as m:  # ... and removing the old version fails: new is complete
         hits = _fail_once(m, "delete_objects", f"v-{old_run}")

@@ -18,6 +18,7 @@ row counts, publish.
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import json
 import logging
@@ -237,7 +238,15 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
         new = _encode(model, output, run, opts, tasks, done, counts, pool)
         counts = get(counts)
     except Exception as e:
-        raise user_error(e) from None
+        error = user_error(e)
+        if error is e:
+            raise
+        e.__traceback__ = None  # its frames hold the failed job's actors (and their CPUs)
+    else:
+        error = None
+    if error is not None:
+        gc.collect()  # ... through reference cycles: free them before this process goes on
+        raise error
     receipts = {**done, **{r["part"]: r for r in new}}
     _check_rows(files, counts, receipts)
     order = sorted(receipts.values(), key=lambda r: tuple(map(int, r["part"].split("-"))))
