@@ -8,8 +8,12 @@ import socket
 from pathlib import Path
 
 import pytest
+from procs import WARM_WORKERS
 
 from swe.eval.data import data_root
+
+for _key, _value in WARM_WORKERS.items():  # before any Ray starts (tests/procs.py says why)
+    os.environ.setdefault(_key, _value)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_root()

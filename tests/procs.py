@@ -7,6 +7,21 @@ import os
 import signal
 import time
 
+# Ray keeps at most num_cpus idle worker processes and kills the others after 1 s; on a 2-core
+# box every Ray Data execution then starts fresh workers (seconds each: Python, Ray, pyarrow).
+# The tests keep a few warm: conftest sets these for the session's Ray and the cluster's nodes,
+# and subprocess drivers get them from own_env() (tests/test_bulk.py + bulk_commit + build:
+# 338 s -> 271 s here). They change no result, only how long idle workers live.
+WARM_WORKERS = {"RAY_num_workers_soft_limit": "8",
+                "RAY_idle_worker_killing_time_threshold_ms": "60000"}
+
+
+def own_env() -> dict[str, str]:
+    """The environment for a subprocess that starts its own local Ray: no ``RAY_*`` from this
+    session (no RAY_ADDRESS), usage stats off, warm workers kept."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return {**env, "RAY_USAGE_STATS_ENABLED": "0", **WARM_WORKERS}
+
 
 def _parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:

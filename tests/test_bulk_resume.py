@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import own_env
 from test_bulk import small_glove
 
 from swe.bulk import read_manifest, read_output
@@ -33,8 +34,7 @@ def _kill_group(pgid: int) -> None:
 
 def _job(model: str, src: Path, out: Path, log: Path) -> subprocess.Popen:
     """``pipelines/encode.py`` in its own session with its own local Ray."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env = own_env()
     args = [sys.executable, "pipelines/encode.py", "--model", model, "--input", str(src),
             "--output", str(out), "--part-rows", str(PART), "--max-actors", "2"]
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE,

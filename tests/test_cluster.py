@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import lzma
-import os
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from procs import own_env
 
 from swe import StaticModel
 from swe.build import build, load_config
@@ -48,7 +48,7 @@ def _args(corpus: Path) -> list[str]:
 def single_node(tmp_path_factory, corpus) -> Path:
     """The same build with its own local Ray, in another process (the reference)."""
     out = tmp_path_factory.mktemp("single") / "build"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env = own_env()
     cmd = [sys.executable, "pipelines/build.py", "--config", "pipelines/configs/quickstart.toml",
            "--output", str(out), *[a for s in _args(corpus) for a in ("--set", s)]]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)

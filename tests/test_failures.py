@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from procs import kill_session as _kill_session
-from procs import own_ray_pids
+from procs import own_env, own_ray_pids
 
 from swe import StaticModel
 from swe.build import ConfigError, build, load_config
@@ -117,8 +117,7 @@ def test_killed_extraction_actor_gives_the_same_model(reference, tmp_path, corpu
 def _driver(out: Path, corpus: Path, log: Path, extra: list[str] = ()) -> subprocess.Popen:
     """``pipelines/build.py`` in its own session with its own local Ray (no RAY_* from the test
     session's Ray in its environment)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env = own_env()
     args = [sys.executable, "pipelines/build.py", "--config", QUICK, "--output", str(out)]
     for item in [*_overrides(corpus), *extra]:
         args += ["--set", item]

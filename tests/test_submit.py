@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import own_env
 
 from swe import StaticModel, storage
 
@@ -45,7 +46,7 @@ def ray_head():
     """``ray start --head --block`` in its own process group; yields the dashboard address."""
     port, dash, *more = _free_ports(9)
     # Not the variables of the test session's own Ray (ray.init in this process).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env = own_env()
     env.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            # SIGTERM stops the head at once (Ray's default drains for up to 30 s first)
            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
