@@ -122,26 +122,38 @@ def _filter_stderr(drop: tuple[bytes, ...]) -> None:
     sys.stderr.flush()
     keep = os.dup(2)
     read_end, write_end = os.pipe()
+    stop_read, stop_write = os.pipe()
     os.dup2(write_end, 2)
     os.close(write_end)
-    threading.Thread(target=_pump, args=(read_end, keep, drop), daemon=True,
-                     name="swe-stderr").start()
+    pump = threading.Thread(target=_pump, args=(read_end, keep, drop, stop_read), daemon=True,
+                            name="swe-stderr")
+    pump.start()
 
     def restore() -> None:  # at exit: the real stderr again, after what is still in the pipe
         sys.stderr.flush()
         os.dup2(keep, 2)
-        _drain(read_end, keep, drop)
+        os.write(stop_write, b"x")  # the pump writes what the pipe holds, then returns
+        pump.join(timeout=5)
 
     atexit.register(restore)
 
 
-def _pump(read_end: int, out: int, drop: tuple[bytes, ...]) -> None:
+def _pump(read_end: int, out: int, drop: tuple[bytes, ...], stop: int) -> None:
     """Copy ``read_end`` to ``out`` line by line without the dropped lines; a partial line
-    (a progress line ending in ``\\r``) goes out after 50 ms without more input."""
+    (a progress line ending in ``\\r``) goes out after 50 ms without more input. When ``stop``
+    is readable (at exit), write what the pipe still holds and return: the only reader of the
+    pipe is this thread, so nothing read is ever lost between two readers."""
     pending = b""
     try:
         while True:
-            ready, _, _ = select.select([read_end], [], [], 0.05 if pending else None)
+            ready, _, _ = select.select([read_end, stop], [], [], 0.05 if pending else None)
+            if stop in ready:
+                while select.select([read_end], [], [], 0.1)[0]:
+                    data = os.read(read_end, 1 << 16)
+                    if not data:
+                        break
+                    pending = _write_lines(pending + data, out, drop)
+                break
             if not ready:
                 os.write(out, pending)
                 pending = b""
@@ -150,22 +162,9 @@ def _pump(read_end: int, out: int, drop: tuple[bytes, ...]) -> None:
             if not data:
                 break
             pending = _write_lines(pending + data, out, drop)
+        os.write(out, pending)
     except (OSError, ValueError):  # the real stderr is gone: nothing left to write to
         return
-
-
-def _drain(read_end: int, out: int, drop: tuple[bytes, ...]) -> None:
-    """Write what the pipe still holds (at exit; the pump thread may be stopped any time)."""
-    rest = b""
-    try:
-        while select.select([read_end], [], [], 0.1)[0]:
-            data = os.read(read_end, 1 << 16)
-            if not data:
-                break
-            rest = _write_lines(rest + data, out, drop)
-        os.write(out, rest)
-    except OSError:
-        pass
 
 
 def _write_lines(data: bytes, out: int, drop: tuple[bytes, ...]) -> bytes:
