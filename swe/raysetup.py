@@ -143,18 +143,18 @@ def _pump(read_end: int, out: int, drop: tuple[bytes, ...], stop: int) -> None:
     (a progress line ending in ``\\r``) goes out after 50 ms without more input. When ``stop``
     is readable (at exit), write what the pipe still holds and return: the only reader of the
     pipe is this thread, so nothing read is ever lost between two readers."""
-    pending = b""
+    pending, stopping = b"", False
     try:
         while True:
-            ready, _, _ = select.select([read_end, stop], [], [], 0.05 if pending else None)
-            if stop in ready:
-                while select.select([read_end], [], [], 0.1)[0]:
-                    data = os.read(read_end, 1 << 16)
-                    if not data:
-                        break
-                    pending = _write_lines(pending + data, out, drop)
-                break
+            waits = [read_end] if stopping else [read_end, stop]
+            timeout = 0.1 if stopping else (0.05 if pending else None)
+            ready, _, _ = select.select(waits, [], [], timeout)
+            if stop in ready:  # at exit: read on until the pipe stays empty for 0.1 s
+                stopping = True
+                continue
             if not ready:
+                if stopping:
+                    break
                 os.write(out, pending)
                 pending = b""
                 continue

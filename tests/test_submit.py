@@ -47,7 +47,7 @@ def ray_head():
     port, dash, *more = _free_ports(9)
     # Not the variables of the test session's own Ray (ray.init in this process).
     env = own_env()
-    env.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+    env.update({"RAY_AUTH_MODE": "disabled",
            # SIGTERM stops the head at once (Ray's default drains for up to 30 s first)
            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
            # the job's `python` is this environment's, as in an activated venv
