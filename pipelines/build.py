@@ -73,7 +73,7 @@ def _finished(output: str, seconds: float, whole: bool) -> None:
     from swe import storage
     from swe.build.tasks import duration
 
-    model = storage.join(storage.absolute(output.rstrip("/")), "model")
+    model = storage.join(storage.output_url(output), "model")
     fs, path = storage.filesystem(model)
     where = f"the model is in {model}" if whole and fs.exists(path) else f"output in {output}"
     logging.getLogger("swe.build").info("build finished in %s: %s (stage results: "

@@ -19,7 +19,8 @@ from fsspec import AbstractFileSystem
 
 __all__ = ["absolute", "access_hint", "check_writable", "expand_inputs", "filesystem", "find",
            "fingerprint", "input_format", "is_local", "iter_lines", "join", "load_npz",
-           "load_tokenizer", "naming", "open_input", "pyarrow_filesystem", "read_bytes",
+           "load_tokenizer", "naming", "open_input", "output_url", "overlaps",
+           "pyarrow_filesystem", "read_bytes",
            "read_parquet", "read_text", "remove_tree", "save_npz", "write_bytes",
            "write_bytes_atomic", "write_parquet"]
 
@@ -47,6 +48,51 @@ def is_local(url: str) -> bool:
 def absolute(url: str) -> str:
     """A plain local path made absolute (workers may run in another directory); URLs as given."""
     return os.path.abspath(url) if "://" not in os.fspath(url) else url
+
+
+def output_url(url: str, flag: str = "--output") -> str:
+    """``url`` as an output may use it: local paths made absolute with symlinks resolved, URLs
+    without a trailing ``/``. Refuses, naming ``flag``, what a job that replaces its output's
+    content must never touch: the filesystem root, a bucket's root, the home directory, and the
+    current directory or any folder above it."""
+    url = os.fspath(url).strip()
+    if not url:
+        raise ValueError(f"{flag} is empty: pass a folder (or s3:// prefix) for the output")
+    if not is_local(url):
+        scheme, rest = url.split("://", 1)
+        rest = rest.strip("/")
+        if "/" not in rest:
+            raise ValueError(f"{flag} {url} is a bucket's root: name a prefix inside it, "
+                             f"e.g. {scheme}://{rest or 'bucket'}/swe-out")
+        return f"{scheme}://{rest}"
+    path = os.path.realpath(url.removeprefix("file://"))
+    cwd = os.path.realpath(os.getcwd())
+    home = os.path.realpath(os.path.expanduser("~"))
+    if path == os.path.dirname(path):
+        why = "the filesystem root"
+    elif path == home:
+        why = "your home directory"
+    elif cwd == path or cwd.startswith(path.rstrip(os.sep) + os.sep):
+        why = "the current directory" if cwd == path else f"a folder above the current one ({cwd})"
+    else:
+        return path
+    raise ValueError(f"{flag} {url} resolves to {why} ({path}); the job writes and removes files "
+                     "in its output, so name a folder of its own, e.g. out/run1")
+
+
+def _comparable(url: str) -> str:
+    """A real local path, or ``bucket/key`` on object stores (globs cut at their first ``*?[``)."""
+    url = os.fspath(url)
+    url = url[:min([url.find(c) for c in "*?[" if c in url] or [len(url)])]
+    if is_local(url):
+        return os.path.realpath(url.removeprefix("file://") or ".").rstrip("/") or "/"
+    return url.split("://", 1)[1].strip("/")
+
+
+def overlaps(a: str, b: str) -> bool:
+    """``a`` and ``b`` are the same place, or one lies inside the other."""
+    a, b = _comparable(a), _comparable(b)
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
 def remove_tree(url: str) -> None:

