@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,22 +27,34 @@ class BuildContext:
     output: str
     teacher: str
     lease: Lease | None = None
+    runtime: dict | None = None  # the prepared ONNX form of the teacher (swe.build.runtime)
 
     @classmethod
     def open(cls, cfg: BuildConfig) -> BuildContext:
         """Resolve paths, check the output is writable (now, not after an hour), take the
         output's lease (a second build into it stops here, naming the holder), start Ray."""
+        from swe.build.runtime import prepare
         from swe.raysetup import init_ray
 
         out = storage.output_url(cfg.output)
         storage.check_writable(storage.join(out, "work"))
         lease = Lease(out, purpose=f"build {cfg.name}").acquire()
         try:
+            teacher = storage.absolute(cfg.teacher_dir())
+            runtime = prepare(teacher, cfg.extraction.runtime,
+                              trust_remote_code=cfg.trust_remote_code)
             init_ray()
-            return cls(cfg, out, storage.absolute(cfg.teacher_dir()), lease)
+            return cls(cfg, out, teacher, lease, runtime)
         except BaseException:
             lease.release()
             raise
+
+    def onnx_model(self) -> Any:
+        """A Ray object reference to the teacher's ONNX model bytes (put once per build), or
+        None with the torch runtime: actors load the model from the object store."""
+        if self.runtime is None:
+            return None
+        return _shipped(self.runtime["path"], self.runtime["sha256"])
 
     def check_lease(self) -> None:
         """Stop (``LeaseLostError``) when another run has taken this build's output over."""
@@ -89,3 +102,13 @@ class BuildContext:
         from swe.build.card import write_cards
 
         write_cards(self.output, self.cfg, check=self.check_lease)
+
+
+@lru_cache(maxsize=2)
+def _shipped(path: str, sha256: str) -> Any:
+    """The checked bytes of an ONNX model in Ray's object store (one copy per driver)."""
+    import ray
+
+    from swe.build.runtime import load_model_bytes
+
+    return ray.put(load_model_bytes({"path": path, "sha256": sha256}))

@@ -83,23 +83,36 @@ def length_groups(lengths: np.ndarray, budget: int, multiple: int = 1) -> list[n
 class Teacher:
     """Runs the frozen teacher: token-level last hidden states and pooled sentence embeddings.
 
-    bf16 autocast on GPU by default (``bf16``), fp32 on CPU; states come back as float32."""
+    Eager torch (bf16 autocast on GPU by default, fp32 on CPU), or with ``onnx`` (the bytes of a
+    model made by :func:`swe.build.runtime.prepare`) ONNX Runtime; states come back float32."""
 
     def __init__(self, path: str, device: str = "cpu", threads: int | None = None,
-                 trust_remote_code: bool = False, bf16: bool | None = None) -> None:
-        import torch
-        from transformers import AutoModel, AutoTokenizer
+                 trust_remote_code: bool = False, bf16: bool | None = None,
+                 onnx: bytes | None = None) -> None:
+        from transformers import AutoConfig, AutoTokenizer
 
-        if threads:
-            torch.set_num_threads(threads)
         self.spec = read_spec(path)
         self.device = device
-        self.bf16 = device.startswith("cuda") if bf16 is None else bf16  # fp32 on CPU
         self.tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True,
                                                        trust_remote_code=trust_remote_code)
-        self.model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
-        self.model.eval().to(device)
-        self.dim = int(self.model.config.hidden_size)
+        if onnx is not None:  # an ONNX Runtime form of this teacher (swe.build.runtime)
+            from swe.build.runtime import session
+
+            self.session, self.model, self.bf16 = session(onnx, threads, device), None, False
+            self.inputs = [i.name for i in self.session.get_inputs()]
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        else:
+            import torch
+            from transformers import AutoModel
+
+            if threads:
+                torch.set_num_threads(threads)
+            self.session = None
+            self.bf16 = device.startswith("cuda") if bf16 is None else bf16  # fp32 on CPU
+            self.model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+            self.model.eval().to(device)
+            config = self.model.config
+        self.dim = int(config.hidden_size)
         self.max_length = min(512, int(getattr(self.tokenizer, "model_max_length", 512) or 512))
         # Pad to a multiple of 8 on GPU (tensor cores); not at all on CPU, where batches then
         # hold sentences of one length and a sentence's states do not depend on its batch.
@@ -117,18 +130,22 @@ class Teacher:
     def hidden_states(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(hidden [B, T, d] float32 numpy, offsets [B, T, 2], mask [B, T])`` for texts
         (prefix added; offsets are into the prefixed text)."""
-        import torch
-
         enc = self.tokenizer([self.spec.prefix + t for t in texts], padding=True,
                              pad_to_multiple_of=self.pad_multiple, truncation=True,
                              max_length=self.max_length, return_offsets_mapping=True,
-                             return_tensors="pt")
-        offsets = enc.pop("offset_mapping").numpy()
+                             return_tensors="np")
+        offsets = enc.pop("offset_mapping")
+        if self.session is not None:
+            feed = {k: enc[k].astype(np.int64) for k in self.inputs}
+            hidden = self.session.run(None, feed)[0].astype(np.float32, copy=False)
+            return hidden, offsets, enc["attention_mask"]
+        import torch
+
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
         with torch.inference_mode(), torch.autocast(kind, torch.bfloat16, enabled=self.bf16):
-            out = self.model(**{k: v.to(self.device) for k, v in enc.items()})
+            out = self.model(**{k: torch.from_numpy(v).to(self.device) for k, v in enc.items()})
         hidden = out.last_hidden_state.float().cpu().numpy()
-        return hidden, offsets, enc["attention_mask"].numpy()
+        return hidden, offsets, enc["attention_mask"]
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Pooled sentence embeddings as the teacher defines them (mean or CLS, normalised)."""

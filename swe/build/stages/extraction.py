@@ -56,6 +56,10 @@ class ExtractionConfig:
 
     mode: str = field(default="sentence", metadata={"choices": {
         "sentence": "the paper", "model2vec": "each word alone"}, "help": "extraction mode"})
+    runtime: str = field(default="torch", metadata={"choices": {
+        "torch": "eager PyTorch", "onnx": "ONNX Runtime fp32",
+        "onnx-int8": "ONNX Runtime, int8 linear layers (fixed scales)"},
+        "help": "how every teacher pass of the build runs (docs/teacher.md)"})
     token_budget: int = field(default=16_384, metadata={
         "min": 512, "help": "padded tokens per teacher forward pass"})
     actors: int = field(default=0, metadata={
@@ -100,9 +104,11 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
 
 
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
-    """The mode, and whether it writes sentence embeddings (the actor pool's settings do not
-    change the vectors)."""
-    return (cfg.extraction.mode,) + (("targets",) if writes_targets(cfg) else ())
+    """The mode, whether it writes sentence embeddings, and the runtime unless it is torch (the
+    actor pool's settings do not change the vectors)."""
+    runtime = cfg.extraction.runtime
+    return (cfg.extraction.mode,) + (("targets",) if writes_targets(cfg) else ()) + \
+        ((("runtime", runtime),) if runtime != "torch" else ())
 
 
 def writes_targets(cfg: BuildConfig) -> bool:
@@ -208,7 +214,8 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
     pool = {"batch_size": ex.batch_size, "batch_format": "pyarrow",
             "compute": ray.data.ActorPoolStrategy(size=n_actors), "num_cpus": ex.cpus_per_actor,
             "num_gpus": ex.gpus_per_actor or None, "fn_constructor_kwargs": {
-                "teacher_dir": ctx.teacher, "lang_offset": offsets, "total": total, "parts": p,
+                "teacher_dir": ctx.teacher, "onnx": ctx.onnx_model(), "lang_offset": offsets,
+                "total": total, "parts": p,
                 "vocab": {lang: ctx.work("vocab", f"{lang}.parquet") for lang in offsets},
                 "token_budget": ex.token_budget, "mode": ex.mode,
                 "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
@@ -348,15 +355,11 @@ class Extractor:
     def __init__(self, teacher_dir: str, vocab: dict[str, str], lang_offset: dict[str, int],
                  total: int, parts: int, out: str, token_budget: int, mode: str = "sentence",
                  threads: int | None = 1, trust_remote_code: bool = False,
-                 targets: str | None = None) -> None:
-        import torch
-
-        from swe.build.teacher import Teacher
+                 targets: str | None = None, onnx: Any = None) -> None:
+        from swe.build.runtime import open_teacher
         from swe.text import unk_token
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.teacher = Teacher(teacher_dir, device=device, threads=threads,
-                               trust_remote_code=trust_remote_code)
+        self.teacher = open_teacher(teacher_dir, onnx, threads, trust_remote_code)
         self.fast_tok = storage.load_tokenizer(teacher_dir)
         self.unk = unk_token(self.fast_tok)
         self.vocab = {lang: read_words(url) for lang, url in vocab.items()}

@@ -120,6 +120,8 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     if writes_targets(cfg):
         return (teacher, cfg.seed, r.objective, r.sentences, r.dev_max, {"layout": LAYOUT})
     with_teacher = ("teacher",) if r.objective == "contrastive" and needs_teacher(cfg) else ()
+    if needs_teacher(cfg) and cfg.extraction.runtime != "torch":  # this stage runs the teacher
+        with_teacher += (("runtime", cfg.extraction.runtime),)
     return (*srcs, teacher, cfg.seed, r.objective, r.min_sentences, r.train_per_word,
             r.dev_per_word, r.dev_max, {"layout": LAYOUT}, *with_teacher)
 
@@ -172,7 +174,8 @@ def _with_teacher(ctx: BuildContext, ds: Any) -> Any:
             min_size=1, max_size=actor_count(ex.actors, ex.gpus_per_actor,
                                              ex.threads_per_actor)),
         num_cpus=ex.cpus_per_actor, num_gpus=ex.gpus_per_actor or None,
-        fn_constructor_kwargs={"teacher_dir": ctx.teacher, "token_budget": ex.token_budget,
+        fn_constructor_kwargs={"teacher_dir": ctx.teacher, "onnx": ctx.onnx_model(),
+                               "token_budget": ex.token_budget,
                                "threads": ex.threads_per_actor,
                                "trust_remote_code": ctx.cfg.trust_remote_code})
 
@@ -293,15 +296,10 @@ class TeacherEmbedder:
     as ``teacher``, in length-sorted sub-batches under a padded-token budget."""
 
     def __init__(self, teacher_dir: str, token_budget: int = 16_384, threads: int | None = 1,
-                 device: str | None = None, trust_remote_code: bool = False) -> None:
-        import torch
+                 trust_remote_code: bool = False, onnx: Any = None) -> None:
+        from swe.build.runtime import open_teacher
 
-        from swe.build.teacher import Teacher
-
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.teacher = Teacher(teacher_dir, device=device,
-                               threads=threads if device == "cpu" else None,
-                               trust_remote_code=trust_remote_code)
+        self.teacher = open_teacher(teacher_dir, onnx, threads, trust_remote_code)
         self.budget = token_budget
 
     def __call__(self, batch: pa.Table) -> pa.Table:
