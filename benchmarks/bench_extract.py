@@ -1,15 +1,16 @@
-"""Extraction throughput: the build's extraction stage vs a bare loop calling the teacher.
+"""Extraction throughput by teacher runtime and actor layout, on the build's own code path.
 
-    python benchmarks/bench_extract.py --build out/quickstart --sentences 20000
+    python benchmarks/bench_extract.py --teacher minilm --sentences 12000
+    python benchmarks/bench_extract.py --teacher out/teachers/multilingual-e5-small --sentences 4000
+    python benchmarks/bench_extract.py --smoke      # a few hundred sentences, every runtime
 
-Both process the same selected sentences of an existing build (``<build>/work/selection``), built
-with the same ``--config``/``--set``:
-
-* bare loop: one process, torch's default threads, the teacher's forward pass over
-  length-sorted batches under the same token budget — no alignment, no Ray, nothing saved;
-* pipeline: the build's extraction stage (Ray Data actor pool, alignment, per-word sums,
-  per-part partials and markers, the step-1 model) in a scratch copy of the build whose selection
-  holds just those sentences, actor start-up included.
+Needs the ``pipeline`` extra only. It builds the quickstart config up to selection once (in
+``--work``, reused by later runs), keeps the first ``--sentences`` selected sentences, and for
+every runtime (``extraction.runtime``) and every layout (``ACTORSxTHREADS``) runs the build's
+extraction stage on a scratch copy of that build: Ray Data actor pool, the teacher, alignment,
+per-word sums, the step-1 model, actor start-up included. Each run reports sentences/s, the
+share of the wall time the actors were busy, and its speed-up over torch at torch's best layout.
+The runtimes' ONNX forms are made (once, into ``$SWE_CACHE``) before any run is timed.
 """
 
 from __future__ import annotations
@@ -20,67 +21,92 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+RUNTIMES = ["torch", "onnx", "onnx-int8"]
 
 
-def _scratch_build(build: str, table: pa.Table) -> str:
-    """A copy of the build's finished stages up to selection, whose only part is ``table``."""
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--teacher", default="minilm", help="'minilm' or a teacher dir")
+    p.add_argument("--sentences", type=int, default=12_000, help="selected sentences per run")
+    p.add_argument("--runtimes", nargs="+", default=RUNTIMES, choices=RUNTIMES)
+    p.add_argument("--layouts", nargs="+", default=["2x1", "1x2"],
+                   help="ACTORSxTHREADS per actor, e.g. 2x1 (two one-thread actors)")
+    p.add_argument("--work", default="out/bench_extract", help="where the base build is kept")
+    p.add_argument("--smoke", action="store_true", help="a few hundred sentences, every runtime")
+    return p
+
+
+def _base(work: str, teacher: str, smoke: bool) -> tuple[str, list[str]]:
+    """A quickstart build up to selection (made once), and the settings it was made with."""
+    from swe.build import build, load_config
+
+    sets = [f"teacher='{teacher}'"]
+    if smoke:
+        sets += ["corpus.en.max_lines=3000", "corpus.en.shard_lines=3000", "vocab.size=200",
+                 "vocab.partitions=2", "selection.candidates=40"]
+    out = os.path.join(work, "smoke" if smoke else "base", os.path.basename(teacher.rstrip("/")))
+    build(load_config("pipelines/configs/quickstart.toml", sets, output=out), until="selection")
+    return out, sets
+
+
+def _scratch(base: str, n: int) -> tuple[str, int]:
+    """A copy of the base build's stages up to selection whose selection holds its first ``n``
+    sentences (one part)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     scratch = tempfile.mkdtemp(prefix="swe-bx-")
     for stage in ("corpus", "sentences", "vocab"):
-        shutil.copytree(os.path.join(build, "work", stage), os.path.join(scratch, "work", stage))
+        shutil.copytree(os.path.join(base, "work", stage), os.path.join(scratch, "work", stage))
     sel = os.path.join(scratch, "work", "selection")
     os.makedirs(os.path.join(sel, "parts"))
-    shutil.copy(os.path.join(build, "work", "selection", "_DONE.json"), sel)
+    shutil.copy(os.path.join(base, "work", "selection", "_DONE.json"), sel)
+    parts = sorted(glob.glob(os.path.join(base, "work/selection/parts/*.parquet")))
+    table = pa.concat_tables([pq.read_table(f) for f in parts]).slice(0, n)
     pq.write_table(table, os.path.join(sel, "parts", "en-bench.parquet"), row_group_size=4096)
-    return scratch
+    return scratch, table.num_rows
+
+
+def _run(base: str, sets: list[str], n: int, runtime: str, layout: str) -> dict:
+    from swe.build import build, load_config
+
+    actors, threads = (int(x) for x in layout.split("x"))
+    scratch, rows = _scratch(base, n)
+    try:
+        cfg = load_config("pipelines/configs/quickstart.toml", [
+            *sets, f"extraction.runtime='{runtime}'", f"extraction.actors={actors}",
+            f"extraction.threads_per_actor={threads}", f"extraction.cpus_per_actor={0.5 * threads}",
+            "extraction.batch_size=512"], output=scratch)
+        result = build(cfg, until="extraction")["extraction"]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if result.sentences != rows:
+        raise SystemExit(f"extracted {result.sentences} of {rows} sentences: the scratch build "
+                         "reused another config's stages")
+    return {"runtime": runtime, "layout": layout, "sentences": rows,
+            "sentences_per_s": result.sentences_per_s, "actor_busy": result.actor_busy}
 
 
 def main() -> None:
-    """Time both and print a JSON report."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--build", required=True, help="a local build output with a selection stage")
-    p.add_argument("--sentences", type=int, default=20_000)
-    p.add_argument("--config", default="pipelines/configs/quickstart.toml")
-    p.add_argument("--set", action="append", default=[])
-    args = p.parse_args()
+    """Run every runtime × layout; print one JSON report."""
+    args = _parser().parse_args()
+    from swe.build.config import BuildConfig
+    from swe.build.runtime import prepare
 
-    from swe.build import build, load_config
-    from swe.build.stages.extraction import length_batches
-    from swe.build.teacher import Teacher
-
-    parts = sorted(glob.glob(os.path.join(args.build, "work/selection/parts/*.parquet")))
-    table = pa.concat_tables([pq.read_table(f) for f in parts]).slice(0, args.sentences)
-    n = table.num_rows
-    tokens = int((table.column("ntok").to_numpy() + 2).sum())
-    scratch = _scratch_build(args.build, table)
-    cfg = load_config(args.config, args.set, output=scratch)
-    budget = cfg.extraction.token_budget
-
-    teacher = Teacher(cfg.teacher_dir())
-    texts = table.column("text").to_pylist()
-    t = time.perf_counter()
-    for idx in length_batches(table.column("ntok").to_numpy(), budget):
-        teacher.hidden_states([texts[i] for i in idx])
-    bare = time.perf_counter() - t
-
-    t = time.perf_counter()
-    result = build(cfg, until="extraction")["extraction"]
-    pipe = time.perf_counter() - t
-    shutil.rmtree(scratch, ignore_errors=True)
-    if result.sentences != n:
-        raise SystemExit(f"the scratch build reused stages of another config: extracted "
-                         f"{result.sentences} of {n} sentences; pass the build's --config/--set")
-    report = {
-        "sentences": n, "tokens": tokens, "token_budget": budget,
-        "bare_loop": {"sentences_per_s": round(n / bare, 1), "tokens_per_s": round(tokens / bare)},
-        "pipeline": {"sentences_per_s": round(n / pipe, 1), "tokens_per_s": round(tokens / pipe),
-                     "actors": result.actors},
-        "pipeline_over_bare": round(bare / pipe, 3), "cpu_count": os.cpu_count(),
-    }
-    print(json.dumps(report, indent=2))
+    teacher = BuildConfig(teacher=args.teacher).teacher_dir()
+    n = 300 if args.smoke else args.sentences
+    for runtime in args.runtimes:  # made (or found) before anything is timed
+        prepare(os.path.abspath(teacher), runtime)
+    base, sets = _base(args.work, os.path.abspath(teacher), args.smoke)
+    runs = [_run(base, sets, n, rt, layout) for rt in args.runtimes for layout in args.layouts]
+    best = {rt: max(r["sentences_per_s"] for r in runs if r["runtime"] == rt)
+            for rt in args.runtimes}
+    if "torch" in best:
+        for r in runs:
+            r["over_best_torch"] = round(r["sentences_per_s"] / best["torch"], 2)
+    print(json.dumps({"teacher": args.teacher, "cpu_count": os.cpu_count(), "runs": runs,
+                      "best": best}, indent=1))
 
 
 if __name__ == "__main__":

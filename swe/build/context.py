@@ -14,6 +14,7 @@ from swe.model import StaticModel
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
+    from swe.build.store import Namespace
 
 __all__ = ["BuildContext"]
 
@@ -28,6 +29,7 @@ class BuildContext:
     teacher: str
     lease: Lease | None = None
     runtime: dict | None = None  # the prepared ONNX form of the teacher (swe.build.runtime)
+    store: Namespace | None = None  # the teacher-output store's namespace (swe.build.store)
 
     @classmethod
     def open(cls, cfg: BuildConfig) -> BuildContext:
@@ -43,8 +45,9 @@ class BuildContext:
             teacher = storage.absolute(cfg.teacher_dir())
             runtime = prepare(teacher, cfg.extraction.runtime,
                               trust_remote_code=cfg.trust_remote_code)
+            store = _store(cfg, teacher) if cfg.extraction.store else None
             init_ray()
-            return cls(cfg, out, teacher, lease, runtime)
+            return cls(cfg, out, teacher, lease, runtime, store)
         except BaseException:
             lease.release()
             raise
@@ -112,3 +115,19 @@ def _shipped(path: str, sha256: str) -> Any:
     from swe.build.runtime import load_model_bytes
 
     return ray.put(load_model_bytes({"path": path, "sha256": sha256}))
+
+
+def _store(cfg: BuildConfig, teacher: str) -> Namespace:
+    """The store namespace of this build's teacher, runtime and maximum tokens (opened, and
+    checked writable, before any work)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from swe.build.runtime import teacher_checksum
+    from swe.build.store import descriptor, open_namespace
+
+    trust = cfg.trust_remote_code
+    dim = int(AutoConfig.from_pretrained(teacher, trust_remote_code=trust).hidden_size)
+    tok = AutoTokenizer.from_pretrained(teacher, trust_remote_code=trust)
+    max_tokens = min(512, int(getattr(tok, "model_max_length", 512) or 512))
+    return open_namespace(cfg.extraction.store, descriptor(
+        teacher_checksum(teacher), cfg.extraction.runtime, max_tokens, dim))

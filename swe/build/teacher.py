@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,34 +119,63 @@ class Teacher:
         # hold sentences of one length and a sentence's states do not depend on its batch.
         self.pad_multiple = 8 if device.startswith("cuda") else 1
 
+    def tokenize(self, texts: list[str]) -> dict[str, list]:
+        """Token ids, masks and character offsets of each text, unpadded (prefix added;
+        offsets are into the prefixed text): every text is tokenised once, ahead of the forward
+        passes that :meth:`forward_batches` runs on them."""
+        return self.tokenizer([self.spec.prefix + t for t in texts], truncation=True,
+                              max_length=self.max_length, return_offsets_mapping=True).data
+
     def batches(self, texts: list[str], token_budget: int) -> list[np.ndarray]:
         """Indices of ``texts`` in batches for :meth:`hidden_states`: one padded length per
         batch (see :func:`length_groups`), so on CPU every sentence's states are bitwise the
         same whichever other sentences share its batch: reruns and retries reproduce them."""
-        ids = self.tokenizer([self.spec.prefix + t for t in texts], truncation=True,
-                             max_length=self.max_length)["input_ids"]
-        return length_groups(np.array([len(x) for x in ids], np.int64), token_budget,
-                             self.pad_multiple)
+        return self._groups(self.tokenize(texts), token_budget)
+
+    def _groups(self, enc: dict[str, list], token_budget: int) -> list[np.ndarray]:
+        lengths = np.fromiter((len(x) for x in enc["input_ids"]), np.int64, len(enc["input_ids"]))
+        return length_groups(lengths, token_budget, self.pad_multiple)
+
+    def forward_batches(self, texts: list[str], token_budget: int
+                        ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """``(indices, hidden, offsets, mask)`` for each batch of :meth:`batches`, from one
+        tokenisation of all ``texts`` (see :meth:`hidden_states` for the arrays)."""
+        enc = self.tokenize(texts)
+        for idx in self._groups(enc, token_budget):
+            yield (idx, *self._forward(self._pad(enc, idx)))
 
     def hidden_states(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(hidden [B, T, d] float32 numpy, offsets [B, T, 2], mask [B, T])`` for texts
         (prefix added; offsets are into the prefixed text)."""
-        enc = self.tokenizer([self.spec.prefix + t for t in texts], padding=True,
-                             pad_to_multiple_of=self.pad_multiple, truncation=True,
-                             max_length=self.max_length, return_offsets_mapping=True,
-                             return_tensors="np")
+        enc = self.tokenize(texts)
+        return self._forward(self._pad(enc, np.arange(len(texts))))
+
+    def _pad(self, enc: dict[str, list], idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Rows ``idx`` of an unpadded tokenisation as arrays padded to the longest, rounded
+        up to ``pad_multiple``: pad id, mask 0, type 0, empty offsets."""
+        width = max(len(enc["input_ids"][i]) for i in idx)
+        width = -(-width // self.pad_multiple) * self.pad_multiple
+        pad = {"input_ids": self.tokenizer.pad_token_id or 0}
+        out = {}
+        for key, rows in enc.items():
+            shape = (len(idx), width, 2) if key == "offset_mapping" else (len(idx), width)
+            arr = np.full(shape, pad.get(key, 0), np.int64)
+            for j, i in enumerate(idx):
+                arr[j, :len(rows[i])] = rows[i]
+            out[key] = arr
+        return out
+
+    def _forward(self, enc: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         offsets = enc.pop("offset_mapping")
         if self.session is not None:
-            feed = {k: enc[k].astype(np.int64) for k in self.inputs}
-            hidden = self.session.run(None, feed)[0].astype(np.float32, copy=False)
-            return hidden, offsets, enc["attention_mask"]
+            hidden = self.session.run(None, {k: enc[k] for k in self.inputs})[0]
+            return hidden.astype(np.float32, copy=False), offsets, enc["attention_mask"]
         import torch
 
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
         with torch.inference_mode(), torch.autocast(kind, torch.bfloat16, enabled=self.bf16):
             out = self.model(**{k: torch.from_numpy(v).to(self.device) for k, v in enc.items()})
-        hidden = out.last_hidden_state.float().cpu().numpy()
-        return hidden, offsets, enc["attention_mask"]
+        return out.last_hidden_state.float().cpu().numpy(), offsets, enc["attention_mask"]
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Pooled sentence embeddings as the teacher defines them (mean or CLS, normalised)."""

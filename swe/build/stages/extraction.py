@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,9 @@ class ExtractionConfig:
         "torch": "eager PyTorch", "onnx": "ONNX Runtime fp32",
         "onnx-int8": "ONNX Runtime, int8 linear layers (fixed scales)"},
         "help": "how every teacher pass of the build runs (docs/teacher.md)"})
+    store: str = field(default="", metadata={
+        "help": "teacher-output store shared by builds (folder or s3:// prefix; '' = none): "
+                "sentences it holds are not encoded again (docs/teacher.md)"})
     token_budget: int = field(default=16_384, metadata={
         "min": 512, "help": "padded tokens per teacher forward pass"})
     actors: int = field(default=0, metadata={
@@ -85,12 +89,30 @@ class Result(StageResult):
     sentences: int = 0
     word_vectors: int = 0
     sentences_per_s: float = 0.0
+    actor_busy: float = 0.0  # the share of the wall time the actors spent in their batches
+    teacher_passes: int = 0  # sentences this run sent through the teacher
+    store_hits: int = 0  # sentences served by the teacher-output store
+    store_bytes: int = 0  # the store namespace's size after this run
     words: int
     words_without_vectors: int
 
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
-    """Problems with ``[extraction]`` beyond its fields' declarations (none)."""
+    """Problems with ``[extraction]`` beyond its fields' declarations: the store's path."""
+    store = cfg.extraction.store
+    if not store:
+        return
+    if cfg.extraction.mode != "sentence":
+        errors.append("extraction.store serves mode = 'sentence' only; leave it '' in "
+                      f"mode = {cfg.extraction.mode!r}")
+    try:
+        storage.output_url(store, "extraction.store")
+    except ValueError as e:
+        errors.append(str(e))
+        return
+    if cfg.output and storage.overlaps(store, cfg.output):
+        errors.append(f"extraction.store {store} overlaps the output {cfg.output}: a store is "
+                      "shared by builds, so keep it outside every build's output")
 
 
 def enabled(cfg: BuildConfig) -> bool:
@@ -107,8 +129,11 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     """The mode, whether it writes sentence embeddings, and the runtime unless it is torch (the
     actor pool's settings do not change the vectors)."""
     runtime = cfg.extraction.runtime
+    from swe.build.store import VALUE_FORMAT
+
     return (cfg.extraction.mode,) + (("targets",) if writes_targets(cfg) else ()) + \
-        ((("runtime", runtime),) if runtime != "torch" else ())
+        ((("runtime", runtime),) if runtime != "torch" else ()) + \
+        ((("store", VALUE_FORMAT),) if cfg.extraction.store else ())
 
 
 def writes_targets(cfg: BuildConfig) -> bool:
@@ -131,25 +156,78 @@ def partitions(cfg: BuildConfig, words: int, dim: int = 1024) -> int:
 
 
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
-    """Extract every unfinished wave, reduce the sums by word partition, save step 1 (tasks
-    write and read everything: the driver sees only per-part sentence counts)."""
+    """Extract every unfinished wave (with a store: only the sentences it lacks), reduce the
+    sums by word partition, save step 1 (tasks write and read everything: the driver sees only
+    per-part sentence counts)."""
     sizes = [done["vocab"].sizes[lang] for lang in ctx.cfg.languages]
     total, p = sum(sizes), partitions(ctx.cfg, sum(sizes))
     offsets = dict(zip(ctx.cfg.languages, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
-    waves = _model2vec_waves(ctx) if ctx.cfg.extraction.mode == "model2vec" else \
-        _sentence_waves(ctx)
+    served: dict[str, int] = {}
+    if ctx.cfg.extraction.mode == "model2vec":
+        waves = _model2vec_waves(ctx)
+    elif ctx.store is not None:
+        served, misses = _serve_from_store(ctx, st, offsets, total, p)
+        waves = _sentence_waves(ctx, misses)
+    else:
+        waves = _sentence_waves(ctx, selected_parts(ctx))
     stats = _extract(ctx, st, offsets, total, p, waves)
+    sources = [f"wave{w:05d}" for w in range(len(waves))] + (["store"] if served else [])
     reduce = remote(reduce_sums, 256 * MiB + (total // p + 1) * 4096 * 3, "extraction (reduce)",
                     "extraction.partitions")
     reduced = run_sharded(st, [(f"reduce-{k:04d}", lambda k=k: reduce.remote(
-        st.dir, k, p, total, len(waves))) for k in range(p)])
+        st.dir, k, p, total, sources)) for k in range(p)])
     assemble = remote(assemble_step1, 512 * MiB + total * 4096 * 3, "extraction (step 1)",
                       "vocab.size")
     (words,) = run_sharded(st, [("assemble", lambda: assemble.remote(
-        st.dir, p, {lang: ctx.work("vocab", f"{lang}.parquet") for lang in ctx.cfg.languages},
-        ctx.teacher, ctx.provenance("step1"), ctx.path("step1"), ctx.cfg.oov))])
-    return Result(**stats, word_vectors=sum(r["vectors"] for r in reduced),
+        st.dir, p, _vocab_urls(ctx), ctx.teacher, ctx.provenance("step1"), ctx.path("step1"),
+        ctx.cfg.oov))])
+    if ctx.store is not None:
+        from swe.build.store import size
+
+        files, nbytes = size(ctx.store)
+        served["store_bytes"] = nbytes
+        log.info("[extraction] store %s: %s in %d files", ctx.store.url, _gb(nbytes), files)
+    return Result(**stats, **served, word_vectors=sum(r["vectors"] for r in reduced),
                   words=words["words"], words_without_vectors=total - words["with_vectors"])
+
+
+def _gb(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.1f} MB"
+
+
+def _vocab_urls(ctx: BuildContext) -> dict[str, str]:
+    return {lang: ctx.work("vocab", f"{lang}.parquet") for lang in ctx.cfg.languages}
+
+
+def _serve_from_store(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int,
+                      p: int) -> tuple[dict[str, int], list[str]]:
+    """Look every selected sentence up in the store, bucket by bucket in tasks; sums and
+    targets of the stored ones are written like the actors' own. The store is the resume state:
+    a rerun after a kill starts over here and finds what the killed run stored."""
+    from swe.build.store import BUCKETS
+    from swe.build.store_lookup import lookup_bucket, split_requests
+
+    for sub in ("req", "miss", "sums", "targets", "_shards"):
+        storage.remove_tree(st.path(sub))
+    split = remote(split_requests, 512 * MiB, "extraction (store keys)", "selection parts")
+    run_sharded(st, [(f"keys-{i:05d}", lambda u=u: split.remote(u, st.path("req")))
+                     for i, u in enumerate(selected_parts(ctx))])
+    lookup = remote(lookup_bucket, 1024 * MiB, "extraction (store lookup)", "extraction.store")
+    targets = storage.join(targets_url(st.dir), "store") if writes_targets(ctx.cfg) else None
+    found = run_sharded(st, [(f"lookup-{k:x}", lambda k=k: lookup.remote(
+        k, st.path("req"), ctx.store, _vocab_urls(ctx), offsets, total, p,
+        st.path("sums", "store"), targets, st.path("miss", f"b{k:x}.parquet")))
+        for k in range(BUCKETS)])
+    hits, misses = sum(r["hits"] for r in found), sum(r["misses"] for r in found)
+    bad_rows, bad_files = sum(r["bad_rows"] for r in found), sum(r["bad_files"] for r in found)
+    if bad_rows or bad_files:
+        names = [n for r in found for n in r["bad_file_names"]][:3]
+        st.warn(f"the store had {bad_files} unreadable file(s) {names} and {bad_rows} row(s) "
+                "failing their checksum: those sentences are encoded again")
+    log.info("[extraction] store: %d of %d sentences already encoded, %d to encode", hits,
+             hits + misses, misses)
+    urls = [st.path("miss", f"b{k:x}.parquet") for k, r in enumerate(found) if r["misses"]]
+    return {"store_hits": hits}, urls
 
 
 Wave = tuple[dict[str, int], Callable[[], Any]]
@@ -168,13 +246,13 @@ def _model2vec_waves(ctx: BuildContext) -> list[Wave]:
     return [({"m2v": len(rows)}, lambda: ray.data.from_items(rows, override_num_blocks=blocks))]
 
 
-def _sentence_waves(ctx: BuildContext) -> list[Wave]:
-    """Ray Data jobs ("waves") of about ``extraction.job_sentences`` sentences over the
-    selection parts, in a fixed order (a wave is the unit of resumption)."""
+def _sentence_waves(ctx: BuildContext, urls: list[str]) -> list[Wave]:
+    """Ray Data jobs ("waves") of about ``extraction.job_sentences`` sentences over Parquet
+    files of selected sentences, in a fixed order (a wave is the unit of resumption)."""
     import ray
 
     sized = []
-    for url in selected_parts(ctx):
+    for url in urls:
         fs, path = storage.filesystem(url)
         with fs.open(path, "rb") as fh:
             sized.append((url, pq.ParquetFile(fh).metadata.num_rows))
@@ -220,20 +298,26 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
                 "token_budget": ex.token_budget, "mode": ex.mode,
                 "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
                 "trust_remote_code": ctx.cfg.trust_remote_code,
-                "targets": writes_targets(ctx.cfg)}}
+                "targets": writes_targets(ctx.cfg), "store": ctx.store}}
     progress = Progress("extraction", sum(sum(waves[w][0].values()) for w in todo), "sentences")
     t0 = time.perf_counter()
+    busy: dict[str, float] = {}
     try:
         for w in todo:
-            _wave(st, w, waves, pool, progress)
+            _wave(st, w, waves, pool, progress, busy)
     finally:
         progress.close()
     secs = time.perf_counter() - t0
-    return {"actors": n_actors, "sentences": progress.done,
-            "sentences_per_s": round(progress.done / max(secs, 1e-9), 1)}
+    shares = sorted(round(b / max(secs, 1e-9), 3) for b in busy.values())
+    log.info("[extraction] %d actors (%s, %d thread(s) each), busy %s of the wall time",
+             n_actors, ex.runtime, ex.threads_per_actor, " / ".join(f"{x:.0%}" for x in shares))
+    return {"actors": n_actors, "sentences": progress.done, "teacher_passes": progress.done,
+            "sentences_per_s": round(progress.done / max(secs, 1e-9), 1),
+            "actor_busy": round(sum(busy.values()) / max(secs * n_actors, 1e-9), 3)}
 
 
-def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progress) -> None:
+def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progress,
+          busy: dict[str, float]) -> None:
     """Wave ``w``: one Ray Data job over the actor pool (``pool``: its ``map_batches``
     arguments); its marker once every sentence of its parts is accounted for."""
     expected, make = waves[w]
@@ -248,6 +332,9 @@ def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progres
         if kwargs["targets"] else None}})
     seen: dict[str, int] = {}
     for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        for actor, secs in zip(batch.column("actor").to_pylist(),
+                               batch.column("busy_s").to_pylist(), strict=True):
+            busy[actor] = busy.get(actor, 0.0) + secs
         for part, n in zip(batch.column("part").to_pylist(),
                            batch.column("sentences").to_pylist(), strict=True):
             seen[part] = seen.get(part, 0) + n
@@ -257,15 +344,16 @@ def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progres
     st.mark_shard(f"wave-{w:05d}", {"sentences": sum(seen.values())})
 
 
-def reduce_sums(stage_dir: str, part: int, parts: int, total: int, waves: int) -> dict:
-    """One word partition: add every wave's fixed-point sums (exact, in any order) and write
-    the mean vectors of its words that have any (``vectors/p<P>.npz``)."""
+def reduce_sums(stage_dir: str, part: int, parts: int, total: int, sources: list[str]) -> dict:
+    """One word partition: add the fixed-point sums of every source (a wave, or the store's
+    lookups; exact, in any order) and write the mean vectors of its words that have any
+    (``vectors/p<P>.npz``)."""
     ids = partition_ids(part, total, parts)
     lo = int(ids[0]) if len(ids) else 0
     sums: np.ndarray | None = None
     counts = np.zeros(len(ids), np.int64)
-    for w in range(waves):
-        z = read_files(storage.join(stage_dir, "sums", f"wave{w:05d}", f"p{part:04d}"),
+    for source in sources:
+        z = read_files(storage.join(stage_dir, "sums", source, f"p{part:04d}"),
                        {"word_id": np.dtype(np.int64), "sum": np.dtype(np.int64),
                         "count": np.dtype(np.int64)})
         if not len(z["word_id"]):
@@ -355,7 +443,7 @@ class Extractor:
     def __init__(self, teacher_dir: str, vocab: dict[str, str], lang_offset: dict[str, int],
                  total: int, parts: int, out: str, token_budget: int, mode: str = "sentence",
                  threads: int | None = 1, trust_remote_code: bool = False,
-                 targets: str | None = None, onnx: Any = None) -> None:
+                 targets: str | None = None, onnx: Any = None, store: Any = None) -> None:
         from swe.build.runtime import open_teacher
         from swe.text import unk_token
 
@@ -369,28 +457,44 @@ class Extractor:
         self.mode = mode
         self.shift = len(self.teacher.spec.prefix)
         self.targets = targets
+        self.store = store  # a swe.build.store.Namespace: every sentence's units are kept there
+        self.actor = f"{node_id()}:{os.getpid()}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """Write one batch's per-word sums; its sentences per part."""
+        """Write one batch's per-word sums; its sentences per part, and the seconds this actor
+        spent on it (on the first row)."""
+        start = time.perf_counter()
         texts = batch.column("text").to_pylist()
         langs = batch.column("lang").to_pylist()
         col = "part" if "part" in batch.column_names else "path"
         parts = [_part_key(p) for p in batch.column(col).to_pylist()]
         sums: dict[int, np.ndarray] = {}
         counts: dict[int, int] = {}
-        pooled = np.zeros((len(texts), self.teacher.dim), np.float32) if self.targets else None
-        for idx in self.teacher.batches(texts, self.budget):
-            hidden, offsets, mask = self.teacher.hidden_states([texts[i] for i in idx])
+        keep = self.targets or self.store is not None
+        pooled = np.zeros((len(texts), self.teacher.dim), np.float32) if keep else None
+        stored = []
+        for idx, hidden, offsets, mask in self.teacher.forward_batches(texts, self.budget):
             if pooled is not None:
                 pooled[idx] = self.teacher.pool(hidden, mask)
             for j, i in enumerate(idx):
-                for gid, tok_idx in self._targets(batch, i, texts[i], langs[i], offsets[j],
-                                                  mask[j]):
-                    v = to_fixed(hidden[j, tok_idx].mean(axis=0, dtype=np.float64))
+                if self.store is not None:
+                    found, row = self._stored_units(batch, i, texts[i], langs[i], hidden[j],
+                                                    offsets[j], mask[j], pooled[i])
+                    stored.append(row)
+                else:
+                    found = [(gid, hidden[j, tok].mean(axis=0, dtype=np.float64)) for gid, tok
+                             in self._targets(batch, i, texts[i], langs[i], offsets[j], mask[j])]
+                for gid, vector in found:
+                    v = to_fixed(vector)
                     sums[gid] = sums[gid] + v if gid in sums else v
                     counts[gid] = counts.get(gid, 0) + 1
-        first = f"b{int(batch.column('sid').to_numpy().min()):020d}"
-        if pooled is not None:
+        first_sid = int(batch.column("sid").to_numpy().min())
+        first = f"b{first_sid:020d}"
+        if stored:
+            from swe.build.store import write_rows
+
+            write_rows(self.store, stored, first_sid)
+        if self.targets:
             storage.write_parquet(storage.join(self.targets, first + ".parquet"), pa.table({
                 "sid": batch.column("sid"), "src": batch.column("text"),
                 "teacher": pa.FixedSizeListArray.from_arrays(pa.array(pooled.reshape(-1)),
@@ -403,8 +507,33 @@ class Extractor:
                                       count=np.fromiter(counts.values(), np.int64, len(gids))),
                          lambda k: storage.join(self.out, f"p{k:04d}", name))
         keys = sorted(set(parts))
+        busy = [time.perf_counter() - start] + [0.0] * (len(keys) - 1)
         return pa.table({"part": pa.array(keys, pa.string()),
-                         "sentences": pa.array([parts.count(k) for k in keys], pa.int64())})
+                         "sentences": pa.array([parts.count(k) for k in keys], pa.int64()),
+                         "actor": pa.array([self.actor] * len(keys), pa.string()),
+                         "busy_s": pa.array(busy, pa.float64())})
+
+    def _stored_units(self, batch: pa.Table, i: int, text: str, lang: str, hidden: np.ndarray,
+                      offsets: np.ndarray, mask: np.ndarray, pooled: np.ndarray
+                      ) -> tuple[list[tuple[int, np.ndarray]], tuple]:
+        """Every unit's vector of row ``i`` rounded to the store's float16 (its store row), and
+        the vectors of the words the row serves, taken from those rounded values so a word's
+        sum is the same whether its sentence was encoded now or read from the store."""
+        from swe.build.store import sentence_key
+
+        spans = units(text, language(lang), self.fast_tok, self.unk)
+        keys = list(dict.fromkeys(k for k, _, _ in spans))
+        pos = align(spans, keys, offsets, mask, self.shift)
+        vecs = {k: hidden[pos[k]].mean(axis=0, dtype=np.float64).astype(np.float16)
+                for k in keys if k in pos and len(pos[k])}
+        words, off = self.vocab[lang], self.lang_offset[lang]
+        found = [(w + off, vecs[words[w]].astype(np.float64))
+                 for w in batch.column("word_ids")[i].as_py() if words[w] in vecs]
+        matrix = np.stack(list(vecs.values())) if vecs else np.zeros((0, self.teacher.dim),
+                                                                       np.float16)
+        row = (sentence_key(lang, text), lang, list(vecs), matrix.tobytes(),
+               pooled.astype(np.float32).tobytes())
+        return found, row
 
     def _targets(self, batch: pa.Table, i: int, text: str, lang: str, offsets: np.ndarray,
                  mask: np.ndarray) -> list[tuple[int, np.ndarray]]:

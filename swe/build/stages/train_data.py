@@ -306,8 +306,8 @@ class TeacherEmbedder:
         """``batch`` with the ``teacher`` embedding of each row's ``src``."""
         texts = batch.column("src").to_pylist()
         out = np.zeros((len(texts), self.teacher.dim), np.float32)
-        for idx in self.teacher.batches(texts, self.budget):
-            out[idx] = self.teacher.embed([texts[k] for k in idx])
+        for idx, hidden, _, mask in self.teacher.forward_batches(texts, self.budget):
+            out[idx] = self.teacher.pool(hidden, mask)
         flat = pa.array(out.reshape(-1))
         return batch.append_column("teacher",
                                    pa.FixedSizeListArray.from_arrays(flat, out.shape[1]))

@@ -1,0 +1,274 @@
+"""The teacher-output store: every sentence through the teacher once, across builds.
+
+A store is a folder or ``s3://`` prefix that builds share by naming it (``extraction.store``).
+It holds one *namespace* per teacher output format, and in it one row per encoded sentence::
+
+    <store>/_SWE_STORE.json                   marks the folder as a store
+    <store>/ns-<id>/_NAMESPACE.json            teacher sha256, runtime, max tokens, segmentation,
+                                               value format, dim: what the rows were made with
+    <store>/ns-<id>/b<k>/<sid>-<writer>.parquet   rows whose key falls in bucket k (0-f)
+
+A row is keyed by ``sha256(lang NUL text)[:16]``; its value is the vector of **every** unit
+of the sentence (its first occurrence: the mean of the teacher's last hidden states over the
+unit's tokens, float16) and the teacher's pooled sentence embedding (float32), with a checksum.
+A later build with a larger V finds the vectors of its new words in sentences already stored.
+
+Rows are written by the teacher actors, one file per bucket per batch under a name no other
+writer uses, in one atomic write: concurrent builds never clobber each other and a kill loses at
+most the batches in flight. A build looks its sentences up bucket by bucket in tasks (the
+driver sees counts), encodes only what is missing, and takes a word's vector from the float16
+value whether it was just encoded or read back, so warm and cold stores give the same model.
+A row whose checksum fails, or a file that cannot be read, is reported and encoded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from swe import storage
+
+__all__ = ["BUCKETS", "SEGMENTATION", "Namespace", "StoreError", "bucket_of", "descriptor",
+           "list_store", "open_namespace", "prune", "read_bucket_keys", "read_rows", "row_check",
+           "sentence_key", "size", "unit_vectors", "write_rows"]
+
+MARKER = "_SWE_STORE.json"
+FORMAT = "swe-teacher-store"
+VALUE_FORMAT = 1  # unit vectors float16, sentence embedding float32, 8-byte checksum
+SEGMENTATION = "swe.text.units/1"  # bump when units() changes what a key covers
+BUCKETS = 16
+
+
+class StoreError(ValueError):
+    """The store cannot be used as named (the message says why and what to do)."""
+
+
+def sentence_key(lang: str, text: str) -> bytes:
+    """A sentence's 16-byte key."""
+    return hashlib.sha256(f"{lang}\0{text}".encode()).digest()[:16]
+
+
+def bucket_of(key: bytes) -> int:
+    """The bucket (0..15) of a key."""
+    return key[0] >> 4
+
+
+def row_check(key: bytes, units: list[str], vectors: bytes, sentence: bytes) -> bytes:
+    """The 8-byte checksum of one row's content."""
+    h = hashlib.sha256(key)
+    h.update("\0".join(units).encode())
+    h.update(vectors)
+    h.update(sentence)
+    return h.digest()[:8]
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """One teacher output format in a store: where its rows live and what they hold."""
+
+    url: str
+    descriptor: dict
+
+    def bucket(self, k: int) -> str:
+        """The folder of bucket ``k``."""
+        return storage.join(self.url, f"b{k:x}")
+
+    def new_file(self, k: int, first_sid: int) -> str:
+        """A file name in bucket ``k`` no other writer uses."""
+        return storage.join(self.bucket(k), f"{first_sid:020d}-{uuid.uuid4().hex[:12]}.parquet")
+
+    @property
+    def dim(self) -> int:
+        """The teacher's hidden size."""
+        return int(self.descriptor["dim"])
+
+
+def descriptor(teacher_sha: str, runtime: str, max_tokens: int, dim: int) -> dict:
+    """What a namespace's rows were made with (its id is a hash of this)."""
+    return {"format": FORMAT, "value_format": VALUE_FORMAT, "teacher_sha256": teacher_sha,
+            "runtime": runtime, "max_tokens": max_tokens, "segmentation": SEGMENTATION,
+            "dim": dim, "unit_dtype": "float16", "sentence_dtype": "float32"}
+
+
+def open_namespace(store: str, desc: dict) -> Namespace:
+    """The namespace of ``desc`` in ``store``, created if new. Refuses a folder that is not a
+    store, a namespace whose recorded descriptor differs, and a store that cannot be written."""
+    store = storage.output_url(store, "extraction.store")
+    fs, root = storage.filesystem(store)
+    marker = storage.join(store, MARKER)
+    try:
+        if fs.exists(root) and not fs.exists(storage.filesystem(marker)[1]) and (
+                fs.isfile(root) or fs.ls(root)):
+            raise StoreError(f"extraction.store {store} is not a teacher store (no {MARKER}) "
+                             "and is not empty: name an empty or new folder")
+        if not fs.exists(storage.filesystem(marker)[1]):
+            storage.write_bytes(marker, json.dumps({"format": FORMAT}).encode())
+        if json.loads(storage.read_bytes(marker)).get("format") != FORMAT:
+            raise StoreError(f"{marker} is not a teacher store's marker")
+        ns_id = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
+        ns = Namespace(storage.join(store, f"ns-{ns_id}"), desc)
+        meta = storage.join(ns.url, "_NAMESPACE.json")
+        if fs.exists(storage.filesystem(meta)[1]):
+            found = json.loads(storage.read_bytes(meta))
+            if found != desc:
+                diff = sorted(k for k in {*found, *desc} if found.get(k) != desc.get(k))
+                raise StoreError(f"{meta} was written by another teacher or runtime "
+                                 f"({', '.join(diff)} differ from this build's); its rows cannot "
+                                 "serve this build. Remove that namespace or name another store")
+        else:
+            storage.write_bytes(meta, json.dumps(desc, indent=1).encode())
+        storage.check_writable(ns.url)
+    except (PermissionError, FileNotFoundError, NotADirectoryError) as e:
+        raise StoreError(f"extraction.store {store} cannot be written ({e}); "
+                         f"{storage.access_hint(store)}") from None
+    except ValueError as e:
+        if isinstance(e, StoreError):
+            raise
+        raise StoreError(f"extraction.store {store}: a store file is damaged ({e}); "
+                         "remove the store's marker files or name another store") from None
+    return ns
+
+
+def write_rows(ns: Namespace, rows: list[tuple[bytes, str, list[str], bytes, bytes]],
+               first_sid: int) -> int:
+    """Write ``(key, lang, units, vectors, sentence)`` rows, one new file per bucket; bytes."""
+    import pyarrow as pa
+
+    by_bucket: dict[int, list] = {}
+    for row in rows:
+        by_bucket.setdefault(bucket_of(row[0]), []).append(row)
+    written = 0
+    for k, group in sorted(by_bucket.items()):
+        key, lang, units, vec, sent = (list(c) for c in zip(*group, strict=True))
+        table = pa.table({
+            "key": pa.array(key, pa.binary(16)), "lang": pa.array(lang, pa.string()),
+            "units": pa.array(units, pa.list_(pa.string())), "vectors": pa.array(vec, pa.binary()),
+            "sentence": pa.array(sent, pa.binary()),
+            "check": pa.array([row_check(*r[:1], r[2], r[3], r[4]) for r in group],
+                              pa.binary(8))})
+        data = _parquet_bytes(table)
+        storage.write_bytes_atomic(ns.new_file(k, first_sid), data)
+        written += len(data)
+    return written
+
+
+def _parquet_bytes(table: object) -> bytes:
+    import io
+
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def read_bucket_keys(ns: Namespace, k: int) -> tuple[dict[bytes, tuple[str, int]], list[str]]:
+    """Every key stored in bucket ``k`` → ``(file, row)`` of its first copy (files in name
+    order), and the files that could not be read (reported, then ignored)."""
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(ns.bucket(k))
+    fs.invalidate_cache()
+    if not fs.exists(path):
+        return {}, []
+    index: dict[bytes, tuple[str, int]] = {}
+    bad = []
+    for name in sorted(p for p in fs.find(path) if p.endswith(".parquet")):
+        url = name if storage.is_local(ns.url) else ns.url.split("://")[0] + "://" + name
+        try:
+            with fs.open(name, "rb") as f:
+                keys = pq.read_table(f, columns=["key"]).column("key").to_pylist()
+        except Exception:  # a file cut short by a kill, or damaged: its rows are encoded again
+            bad.append(url)
+            continue
+        for row, key in enumerate(keys):
+            index.setdefault(key, (url, row))
+    return index, bad
+
+
+def read_rows(url: str, rows: list[int]) -> list[dict | None]:
+    """Rows of one store file as dicts, None where the checksum fails."""
+    t = storage.read_parquet(url).take(rows).to_pylist()
+    return [r if row_check(r["key"], r["units"], r["vectors"], r["sentence"]) == r["check"]
+            else None for r in t]
+
+
+def unit_vectors(row: dict, dim: int) -> dict[str, np.ndarray]:
+    """A stored row's unit → float16 vector."""
+    vec = np.frombuffer(row["vectors"], np.float16).reshape(len(row["units"]), dim)
+    return dict(zip(row["units"], vec, strict=True))
+
+
+# -- listing and pruning ---------------------------------------------------------------------
+
+
+def list_store(store: str) -> list[dict]:
+    """One entry per namespace: its descriptor, rows, bytes, files, oldest and newest write."""
+    import pyarrow.parquet as pq
+
+    fs, root = storage.filesystem(store)
+    if not fs.exists(storage.filesystem(storage.join(store, MARKER))[1]):
+        raise StoreError(f"{store} is not a teacher store (no {MARKER})")
+    out = []
+    for entry in sorted(fs.ls(root, detail=False)):
+        base = entry.rstrip("/").rsplit("/", 1)[-1]
+        if not base.startswith("ns-"):
+            continue
+        url = storage.join(store, base)
+        desc = json.loads(storage.read_bytes(storage.join(url, "_NAMESPACE.json")))
+        infos = fs.find(storage.filesystem(url)[1], detail=True)
+        files = {k: v for k, v in infos.items() if k.endswith(".parquet")}
+        rows = 0
+        for name in files:
+            try:
+                with fs.open(name, "rb") as f:
+                    rows += pq.ParquetFile(f).metadata.num_rows
+            except Exception:
+                continue
+        stamps = [_mtime(v) for v in infos.values()]  # the namespace file counts as a write
+        out.append({"namespace": base, **{k: desc[k] for k in ("teacher_sha256", "runtime",
+                                                               "max_tokens", "dim")},
+                    "sentences": rows, "bytes": sum(int(v["size"]) for v in files.values()),
+                    "files": len(files), "oldest": min(stamps, default=None),
+                    "newest": max(stamps, default=None)})
+    return out
+
+
+def _mtime(info: dict) -> float:
+    stamp = info.get("mtime") or info.get("LastModified") or info.get("created") or 0
+    return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+
+
+def prune(store: str, teacher: str | None = None, runtime: str | None = None,
+          older_than_days: float | None = None) -> list[dict]:
+    """Remove the namespaces matching every given filter (teacher: a sha256 prefix; age: the
+    newest write); the removed entries. With no filter nothing is removed."""
+    if teacher is None and runtime is None and older_than_days is None:
+        raise StoreError("prune needs --teacher, --runtime or --older-than-days")
+    cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
+    removed = []
+    for ns in list_store(store):
+        if teacher and not ns["teacher_sha256"].startswith(teacher):
+            continue
+        if runtime and ns["runtime"] != runtime:
+            continue
+        if cutoff is not None and (ns["newest"] or 0) > cutoff:
+            continue
+        storage.remove_tree(storage.join(store, ns["namespace"]))
+        removed.append(ns)
+    return removed
+
+
+def size(ns: Namespace) -> tuple[int, int]:
+    """``(files, bytes)`` of a namespace."""
+    fs, path = storage.filesystem(ns.url)
+    fs.invalidate_cache()
+    infos = fs.find(path, detail=True)
+    files = [v for k, v in infos.items() if k.endswith(".parquet")]
+    return len(files), sum(int(v["size"]) for v in files)
+

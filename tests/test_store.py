@@ -1,0 +1,157 @@
+"""The teacher-output store (``extraction.store``) on real Ray with the real MiniLM teacher:
+a warm store serves every sentence (no teacher pass) and gives the same model files as a cold
+one; a larger V encodes only the sentences its new words bring; a kill mid-write, a damaged
+row or file, a store of another teacher or a path that cannot be written are all handled."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from swe.build import build, load_config
+from swe.build.config import ConfigError
+from swe.build.store import StoreError, descriptor, list_store, open_namespace, prune
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _small(corpus, store, size=150):
+    return [f"vocab.size={size}", "vocab.min_count=3", "vocab.partitions=2", "selection.n=4",
+            "selection.candidates=40", "corpus.en.max_lines=2400", "corpus.en.shard_lines=1200",
+            "extraction.batch_size=128", "extraction.job_sentences=200",
+            f"corpus.en.paths=['{corpus}']", f"extraction.store='{store}'", "pca.sample=200",
+            "pca.dim=64"]
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir):
+    return data_dir / "corpora/en_wikipedia/enwiki_sents.03.txt.xz"
+
+
+def _build(out, corpus, store, size=150, until="pca"):
+    cfg = load_config("pipelines/configs/quickstart.toml", _small(corpus, store, size),
+                      output=str(out))
+    return build(cfg, until=until)
+
+
+def _digests(model_dir):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(model_dir).iterdir()) if p.name != "README.md"}
+
+
+def test_warm_store_serves_everything_and_gives_the_same_model(tmp_path, corpus):
+    store = tmp_path / "store"
+    cold = _build(tmp_path / "cold", corpus, store)["extraction"]
+    assert cold.teacher_passes == cold.sentences > 0 and cold.store_hits == 0
+    assert cold.store_bytes > 0
+    warm = _build(tmp_path / "warm", corpus, store)["extraction"]
+    assert warm.teacher_passes == 0 and warm.store_hits == cold.teacher_passes
+    for step in ("step1", "step2"):
+        assert _digests(tmp_path / "cold" / step) == _digests(tmp_path / "warm" / step)
+    [ns] = list_store(str(store))
+    assert ns["sentences"] == cold.teacher_passes and ns["runtime"] == "torch"
+
+    # A larger V pays only for the sentences its new words bring.
+    grown = _build(tmp_path / "grown", corpus, store, size=300)["extraction"]
+    fresh = _build(tmp_path / "fresh", corpus, tmp_path / "store2", size=300)["extraction"]
+    assert grown.store_hits > 0 and grown.teacher_passes == fresh.teacher_passes - grown.store_hits
+    assert _digests(tmp_path / "grown" / "step1") == _digests(tmp_path / "fresh" / "step1")
+
+
+def test_a_damaged_row_and_a_cut_file_are_encoded_again(tmp_path, corpus):
+    store = tmp_path / "store"
+    cold = _build(tmp_path / "cold", corpus, store, until="extraction")["extraction"]
+    files = sorted(store.rglob("*.parquet"))
+    t = pq.read_table(files[0])
+    vec = bytearray(t.column("vectors")[0].as_py())
+    vec[0] ^= 0xFF  # one flipped byte in one stored vector
+    col = t.column_names.index("vectors")
+    import pyarrow as pa
+
+    t = t.set_column(col, "vectors", pa.array([bytes(vec)] + t.column("vectors").to_pylist()[1:],
+                                              pa.binary()))
+    pq.write_table(t, files[0])
+    files[1].write_bytes(files[1].read_bytes()[:100])  # a write cut short
+    cut = pq.read_metadata(files[2]).num_rows  # (not cut: for the count below)
+    assert cut > 0
+    again = _build(tmp_path / "again", corpus, store, until="extraction")
+    result = again["extraction"]
+    assert 1 <= result.teacher_passes < cold.teacher_passes
+    assert any("encoded again" in w for w in result.warnings)
+    assert _digests(tmp_path / "cold" / "step1") == _digests(tmp_path / "again" / "step1")
+
+
+def test_a_build_killed_while_writing_the_store_resumes_to_the_same_model(tmp_path, corpus):
+    store, out = tmp_path / "store", tmp_path / "killed"
+    sets = [a for s in _small(corpus, store) for a in ("--set", s)]
+    cmd = [sys.executable, str(ROOT / "pipelines/build.py"), "--config",
+           str(ROOT / "pipelines/configs/quickstart.toml"), "--output", str(out), *sets,
+           "--until", "extraction"]
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(store.rglob("*.parquet")):
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)  # mid-extraction: some batches stored, others not
+    p.wait()
+    stored = sum(pq.read_metadata(f).num_rows for f in store.rglob("*.parquet")
+                 if f.stat().st_size > 100)
+    assert stored > 0
+    resumed = _build(out, corpus, store, until="extraction")["extraction"]
+    reference = _build(tmp_path / "ref", corpus, tmp_path / "store2", until="extraction")
+    total = reference["extraction"].teacher_passes
+    assert resumed.store_hits >= stored - 1 and resumed.teacher_passes + resumed.store_hits \
+        == total
+    [ns] = list_store(str(store))
+    assert ns["sentences"] <= total + 128  # nothing encoded twice beyond the batches in flight
+    assert _digests(out / "step1") == _digests(tmp_path / "ref" / "step1")
+
+
+def test_a_store_of_another_teacher_or_a_foreign_folder_is_refused(tmp_path):
+    store = tmp_path / "store"
+    desc = descriptor("a" * 64, "torch", 512, 384)
+    ns = open_namespace(str(store), desc)
+    meta = Path(ns.url) / "_NAMESPACE.json"
+    meta.write_text(json.dumps({**desc, "dim": 768}))  # rows of another teacher under this id
+    with pytest.raises(StoreError, match="another teacher or runtime.*dim"):
+        open_namespace(str(store), desc)
+    foreign = tmp_path / "thesis"
+    foreign.mkdir()
+    (foreign / "chapter1.tex").write_text("keep")
+    with pytest.raises(StoreError, match="not a teacher store"):
+        open_namespace(str(foreign), desc)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StoreError, match="cannot be written"):
+        open_namespace(str(blocker / "store"), desc)
+
+
+def test_list_and_prune(tmp_path):
+    store = str(tmp_path / "store")
+    for teacher, runtime in [("a" * 64, "torch"), ("b" * 64, "onnx-int8")]:
+        open_namespace(store, descriptor(teacher, runtime, 512, 384))
+    assert sorted(n["runtime"] for n in list_store(store)) == ["onnx-int8", "torch"]
+    with pytest.raises(StoreError, match="needs"):
+        prune(store)
+    assert [n["runtime"] for n in prune(store, runtime="onnx-int8")] == ["onnx-int8"]
+    assert [n["teacher_sha256"][:1] for n in list_store(store)] == ["a"]
+    assert prune(store, teacher="a", older_than_days=1) == []  # written just now
+
+
+def test_the_config_refuses_a_store_inside_the_output_or_at_the_root(tmp_path):
+    with pytest.raises(ConfigError, match="overlaps the output"):
+        load_config("pipelines/configs/quickstart.toml",
+                    [f"extraction.store='{tmp_path}/out/store'"], output=str(tmp_path / "out"),
+                    check_paths=False)
+    with pytest.raises(ConfigError, match="extraction.store / resolves"):
+        load_config("pipelines/configs/quickstart.toml", ["extraction.store='/'"],
+                    output=str(tmp_path / "out"), check_paths=False)
