@@ -1,8 +1,9 @@
-"""The ``swe`` command: ``swe build|encode|evaluate|analyze|export|info``.
+"""The ``swe`` command: ``swe build|encode|evaluate|analyze|export|info|store``.
 
 ``build``, ``encode``, ``evaluate`` and ``analyze`` are the ``pipelines/*.py`` jobs themselves
 (their parser and ``main``, loaded from the repository's ``pipelines/``), so the command and
-``ray job submit -- python pipelines/…`` take the same arguments. ``export`` and ``info`` live
+``ray job submit -- python pipelines/…`` take the same arguments. ``export``, ``info`` and
+``store`` live
 here. Nothing heavy is imported until a subcommand runs: no torch, no Ray at import time.
 """
 
@@ -23,7 +24,8 @@ JOBS = {"build": "build a model from a config",
         "evaluate": "evaluate encoders on STS, retrieval, mining, classification",
         "analyze": "paper §5 analyses and the quality/speed plot"}
 LOCAL = {"export": "write a model as a model2vec or sentence-transformers folder",
-         "info": "print a model's dimension, vocabulary, languages, provenance, file sizes"}
+         "info": "print a model's dimension, vocabulary, languages, provenance, file sizes",
+         "store": "list or prune a teacher-output store (extraction.store)"}
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -114,6 +116,35 @@ def _export_main(argv: list[str]) -> int:
     return 0
 
 
+def _store_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="swe store", formatter_class=HelpFormatter,
+        description=LOCAL["store"] + " (docs/teacher.md)\n\nexample:\n"
+        "  swe store list out/teacher-store\n"
+        "  swe store prune out/teacher-store --runtime onnx --older-than-days 30")
+    p.add_argument("action", choices=["list", "prune"])
+    p.add_argument("store", help="the store's folder or s3:// prefix")
+    p.add_argument("--teacher", help="prune: a teacher sha256 prefix (as `list` shows it)")
+    p.add_argument("--runtime", help="prune: torch, onnx or onnx-int8")
+    p.add_argument("--older-than-days", type=float, help="prune: last written before this")
+    args = p.parse_args(argv)
+    from swe.build.store import StoreError, list_store, prune
+
+    try:
+        found = list_store(args.store) if args.action == "list" else prune(
+            args.store, args.teacher, args.runtime, args.older_than_days)
+    except (OSError, StoreError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for ns in found:
+        print(f"{'removed ' if args.action == 'prune' else ''}{ns['namespace']}  teacher "
+              f"{ns['teacher_sha256'][:12]}  {ns['runtime']:9}  {ns['sentences']:,} sentences  "
+              f"{ns['bytes'] / 1e6:,.1f} MB  {ns['files']} files")
+    if not found:
+        print("nothing to list" if args.action == "list" else "nothing matched; nothing removed")
+    return 0
+
+
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {n:9} {h}" for n, h in {**JOBS, **LOCAL}.items())
     return argparse.ArgumentParser(
@@ -135,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         return _info_main(rest)
     if command == "export":
         return _export_main(rest)
+    if command == "store":
+        return _store_main(rest)
     if command not in JOBS:
         _top_parser().error(f"unknown command {command!r}; choose from "
                             f"{', '.join([*JOBS, *LOCAL])}")
