@@ -56,7 +56,7 @@ def test_build_config_refuses_root_and_an_output_over_its_corpus(tmp_path, monke
         load_config(QUICK, output="/", check_paths=False)
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    with pytest.raises(ConfigError, match=r"overlaps corpus\.en"):
+    with pytest.raises(ConfigError, match=r"overlaps corpus\.en\.paths"):
         load_config(QUICK, [f"corpus.en.paths=['{corpus}/*.txt']"], output=str(corpus / "out"),
                     check_paths=False)
 

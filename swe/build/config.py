@@ -216,8 +216,8 @@ def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
     sources += [(f"pairs.{k}", p) for k, c in cfg.pairs.items() for p in c.paths]
     for where, path in sources:
         if storage.overlaps(cfg.output, path):
-            errors.append(f"--output {cfg.output} overlaps {where} path {path}: the build "
-                          "would read its own files as input; choose an output outside it")
+            errors.append(f"--output {cfg.output} overlaps {where}.paths entry {path!r}: the "
+                          "build would read its own files as input; choose an output outside it")
 
 
 def check_readable(paths: list[str], where: str, errors: list[str]) -> None:
