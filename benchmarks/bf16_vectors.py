@@ -20,12 +20,11 @@ import pyarrow.parquet as pq
 
 
 def _vectors(teacher, table: pa.Table, words: list[str]) -> dict[int, list[np.ndarray]]:
-    from swe.build.stages.extraction import align, length_batches
+    from swe.build.stages.extraction import align
     from swe.text import language, units
 
     texts, out = table.column("text").to_pylist(), {}
-    for idx in length_batches(table.column("ntok").to_numpy(), 8192):
-        hidden, offsets, mask = teacher.hidden_states([texts[i] for i in idx])
+    for idx, hidden, offsets, mask in teacher.forward_batches(texts, 8192):
         for j, i in enumerate(idx):
             wids = table.column("word_ids")[int(i)].as_py()
             pos = align(units(texts[i], language("en")), [words[w] for w in wids], offsets[j],

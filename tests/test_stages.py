@@ -192,7 +192,7 @@ def test_extraction_sums_are_exact_whatever_the_batching(tmp_path):
                          lambda k, b=b: str(stage / "sums" / "wave00000" / f"p{k:04d}" /
                                             f"b{b:05d}.npz"))
         for k in range(parts):
-            reduce_sums(str(stage), k, parts, 50, 1)
+            reduce_sums(str(stage), k, parts, 50, ["wave00000"])
         return {k: dict(np.load(stage / "vectors" / f"p{k:04d}.npz")) for k in range(parts)}
 
     a = reduce(np.arange(1200), 100, 1, "a")[0]
