@@ -3,6 +3,8 @@
     python benchmarks/bench_extract.py --teacher minilm --sentences 12000
     python benchmarks/bench_extract.py --teacher out/teachers/multilingual-e5-small --sentences 4000
     python benchmarks/bench_extract.py --smoke      # a few hundred sentences, every runtime
+    python benchmarks/bench_extract.py --base out/gate/torch \
+        --config pipelines/configs/en-10k.toml --sentences 40000 --layouts 2x1
 
 Needs the ``pipeline`` extra only. It builds the quickstart config up to selection once (in
 ``--work``, reused by later runs), keeps the first ``--sentences`` selected sentences, and for
@@ -33,12 +35,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--layouts", nargs="+", default=["2x1", "1x2"],
                    help="ACTORSxTHREADS per actor, e.g. 2x1 (two one-thread actors)")
     p.add_argument("--work", default="out/bench_extract", help="where the base build is kept")
+    p.add_argument("--base", help="an existing local build (through selection) to take the "
+                   "sentences from, instead of a quickstart build; pass its --config and --set")
+    p.add_argument("--config", default="pipelines/configs/quickstart.toml")
+    p.add_argument("--set", action="append", default=[], help="the base build's overrides")
     p.add_argument("--smoke", action="store_true", help="a few hundred sentences, every runtime")
     return p
 
 
-def _base(work: str, teacher: str, smoke: bool) -> tuple[str, list[str]]:
-    """A quickstart build up to selection (made once), and the settings it was made with."""
+def _base(work: str, teacher: str, smoke: bool, config: str) -> tuple[str, list[str]]:
+    """A build of ``config`` up to selection (made once), and the settings it was made with."""
     from swe.build import build, load_config
 
     sets = [f"teacher='{teacher}'"]
@@ -46,7 +52,7 @@ def _base(work: str, teacher: str, smoke: bool) -> tuple[str, list[str]]:
         sets += ["corpus.en.max_lines=3000", "corpus.en.shard_lines=3000", "vocab.size=200",
                  "vocab.partitions=2", "selection.candidates=40"]
     out = os.path.join(work, "smoke" if smoke else "base", os.path.basename(teacher.rstrip("/")))
-    build(load_config("pipelines/configs/quickstart.toml", sets, output=out), until="selection")
+    build(load_config(config, sets, output=out), until="selection")
     return out, sets
 
 
@@ -57,8 +63,10 @@ def _scratch(base: str, n: int) -> tuple[str, int]:
     import pyarrow.parquet as pq
 
     scratch = tempfile.mkdtemp(prefix="swe-bx-")
-    for stage in ("corpus", "sentences", "vocab"):
-        shutil.copytree(os.path.join(base, "work", stage), os.path.join(scratch, "work", stage))
+    os.makedirs(os.path.join(scratch, "work"))
+    for stage in ("corpus", "sentences", "vocab"):  # read only: linked, not copied
+        os.symlink(os.path.abspath(os.path.join(base, "work", stage)),
+                   os.path.join(scratch, "work", stage))
     sel = os.path.join(scratch, "work", "selection")
     os.makedirs(os.path.join(sel, "parts"))
     shutil.copy(os.path.join(base, "work", "selection", "_DONE.json"), sel)
@@ -68,13 +76,13 @@ def _scratch(base: str, n: int) -> tuple[str, int]:
     return scratch, table.num_rows
 
 
-def _run(base: str, sets: list[str], n: int, runtime: str, layout: str) -> dict:
+def _run(base: str, config: str, sets: list[str], n: int, runtime: str, layout: str) -> dict:
     from swe.build import build, load_config
 
     actors, threads = (int(x) for x in layout.split("x"))
     scratch, rows = _scratch(base, n)
     try:
-        cfg = load_config("pipelines/configs/quickstart.toml", [
+        cfg = load_config(config, [
             *sets, f"extraction.runtime='{runtime}'", f"extraction.actors={actors}",
             f"extraction.threads_per_actor={threads}", f"extraction.cpus_per_actor={0.5 * threads}",
             "extraction.batch_size=512"], output=scratch)
@@ -98,8 +106,12 @@ def main() -> None:
     n = 300 if args.smoke else args.sentences
     for runtime in args.runtimes:  # made (or found) before anything is timed
         prepare(os.path.abspath(teacher), runtime)
-    base, sets = _base(args.work, os.path.abspath(teacher), args.smoke)
-    runs = [_run(base, sets, n, rt, layout) for rt in args.runtimes for layout in args.layouts]
+    if args.base:
+        base, sets = args.base, args.set
+    else:
+        base, sets = _base(args.work, os.path.abspath(teacher), args.smoke, args.config)
+    runs = [_run(base, args.config, sets, n, rt, layout) for rt in args.runtimes
+            for layout in args.layouts]
     best = {rt: max(r["sentences_per_s"] for r in runs if r["runtime"] == rt)
             for rt in args.runtimes}
     if "torch" in best:
