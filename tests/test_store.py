@@ -119,6 +119,28 @@ def test_a_build_killed_while_writing_the_store_resumes_to_the_same_model(tmp_pa
     assert _digests(out / "step1") == digests
 
 
+def test_two_builds_writing_one_store_at_once(tmp_path, corpus, cold):
+    """Concurrent writers never clobber each other: both builds finish with the cold model, and
+    a third build finds every sentence."""
+    result, digests, _ = cold
+    store = tmp_path / "store"
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    procs = []
+    for name in ("a", "b"):
+        sets = [a for s in _small(corpus, store) for a in ("--set", s)]
+        procs.append(subprocess.Popen(
+            [sys.executable, str(ROOT / "pipelines/build.py"), "--config",
+             str(ROOT / "pipelines/configs/quickstart.toml"), "--output", str(tmp_path / name),
+             *sets, "--until", "extraction"], env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    for name in ("a", "b"):
+        assert _digests(tmp_path / name / "step1") == digests
+    third = _build(tmp_path / "c", corpus, store)
+    assert third.teacher_passes == 0 and third.store_hits == result.teacher_passes
+
+
 def test_a_store_of_another_teacher_or_a_foreign_folder_is_refused(tmp_path):
     store = tmp_path / "store"
     desc = descriptor("a" * 64, "torch", 512, 384)
