@@ -10,7 +10,8 @@ SPEC: a model dir (StaticModel or EnsembleModel, local or s3://), teacher:DIR|mi
 model2vec:DIR, gem:DIR (GEM pooling over a StaticModel), potion-base-8m, wordllama-256,
 glove-50d or use-multilingual (see swe.eval.encoders).
 TASKS: stsb-dev, stsb-test, sts:PATH (a TSV/CSV with sentence1, sentence2, score, or a dir of
-them: their mean), tatoeba-XXX (e.g. tatoeba-deu), bucc-XXX (Tatoeba XXX-eng pairs mined among
+them: their mean), tatoeba-XXX (e.g. tatoeba-deu), pairs:PATH (retrieval on src/tgt Parquet
+pairs, e.g. a build's held-out OUT/work/train_data/dev), bucc-XXX (Tatoeba XXX-eng pairs mined among
 --distractors sentences per side; XXX in deu, cmn, jpn), mr, cr, subj, mpqa, sst2, trec, agnews,
 or `classification` for all seven (see swe.eval.tasks).
 """

@@ -64,6 +64,31 @@ def test_stsb_and_tatoeba_on_real_data(data_dir, glove):
     assert 0 <= r["f1"] <= 100 and r["acc"] < 60  # an English-only model is poor at German
 
 
+def test_pair_retrieval_on_held_out_pairs(data_dir, glove, tmp_path):
+    """``pairs:PATH``: English pairs retrieve each other far better than English-German ones."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from swe.eval.tasks import resolve
+
+    with gzip.open(data_dir / "parallel/en-de/ntrex128.tsv.gz", "rt", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:301]
+    en, de = [r[0] for r in rows], [r[1] for r in rows]
+    (tmp_path / "dev").mkdir()
+    pq.write_table(pa.table({"src": de, "tgt": en}), tmp_path / "dev" / "part-0.parquet")
+    pq.write_table(pa.table({"src": en, "tgt": en}), tmp_path / "same.parquet")
+    kind, arg = resolve(f"pairs:{tmp_path / 'dev'}")
+    cross = kind.run(glove, arg, data_dir, 0)
+    same = ev.pair_retrieval(glove, tmp_path / "same.parquet")
+    assert same["acc"] > 95 and cross["pairs"] == 300 and cross["acc"] < 60
+    assert cross["acc"] == (cross["acc_src_tgt"] + cross["acc_tgt_src"]) / 2
+    pq.write_table(pa.table({"a": en}), tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match="'src' and 'tgt'"):
+        ev.pair_retrieval(glove, tmp_path / "bad.parquet")
+
+
 def test_evaluate_cli_end_to_end(data_dir, tmp_path):
     """The command a user runs: STS (file and dir), mining, classification, speed; JSON and
     Markdown reports; clear errors before any work."""

@@ -1,4 +1,5 @@
-"""Translation retrieval on Tatoeba: each sentence's nearest neighbour on the other side."""
+"""Translation retrieval (Tatoeba, or any aligned pairs in Parquet): each sentence's nearest
+neighbour on the other side."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 from swe.eval.encoders import Encoder
 from swe.eval.metrics import macro_f1, top_k
 
-__all__ = ["read_tatoeba", "tatoeba"]
+__all__ = ["pair_retrieval", "read_pairs", "read_tatoeba", "tatoeba"]
 
 
 def read_tatoeba(lang: str, root: str | os.PathLike) -> tuple[list[str], list[str]]:
@@ -37,3 +38,31 @@ def tatoeba(encoder: Encoder, lang: str, root: str | os.PathLike) -> dict[str, f
     acc_x2e, acc_e2x = 100 * float(np.mean(x2e == gold)), 100 * float(np.mean(e2x == gold))
     return {"acc": (acc_x2e + acc_e2x) / 2, f"acc_{lang}_eng": acc_x2e,
             f"acc_eng_{lang}": acc_e2x, "f1": 100 * macro_f1(gold, x2e)}
+
+
+def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """Aligned ``src``/``tgt`` columns of a Parquet file or folder of them (e.g. a build's
+    held-out ``work/train_data/dev``), files in name order."""
+    import pyarrow as pa
+
+    from swe import storage
+
+    files = [u for u in storage.expand_inputs([os.fspath(path)]) if u.endswith(".parquet")]
+    if not files:
+        raise FileNotFoundError(f"no Parquet files in {path}")
+    try:
+        t = pa.concat_tables([storage.read_parquet(u, ["src", "tgt"]) for u in files])
+    except (KeyError, pa.ArrowInvalid) as e:
+        raise ValueError(f"{path}: pairs need 'src' and 'tgt' columns ({e})") from None
+    return t.column("src").to_pylist(), t.column("tgt").to_pylist()
+
+
+def pair_retrieval(encoder: Encoder, path: str | os.PathLike) -> dict[str, float]:
+    """Retrieval on aligned pairs: accuracy × 100 of ``src`` → ``tgt`` and back, and their mean
+    (``acc``): the held-out dev signal for cross-lingual choices, never Tatoeba."""
+    src, tgt = read_pairs(path)
+    es, et = encoder.encode(src), encoder.encode(tgt)
+    gold = np.arange(len(src))
+    s2t = 100 * float(np.mean(top_k(es, et, 1)[1][:, 0] == gold))
+    t2s = 100 * float(np.mean(top_k(et, es, 1)[1][:, 0] == gold))
+    return {"acc": (s2t + t2s) / 2, "acc_src_tgt": s2t, "acc_tgt_src": t2s, "pairs": len(src)}

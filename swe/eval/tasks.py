@@ -6,6 +6,8 @@ Names:
 * ``sts:PATH``: an STS TSV/CSV with ``sentence1``, ``sentence2``, ``score``, or a dir of them
   (their mean);
 * ``tatoeba-XXX``: Tatoeba XXX–eng translation retrieval (e.g. ``tatoeba-deu``);
+* ``pairs:PATH``: retrieval on aligned ``src``/``tgt`` pairs in Parquet, e.g. a build's
+  held-out ``work/train_data/dev`` (mean accuracy × 100 of both directions);
 * ``bucc-XXX``: the Tatoeba XXX–eng pairs mined among distractor sentences (XXX in deu, cmn,
   jpn; :func:`swe.eval.mining.bucc_tatoeba`);
 * ``mr``, ``cr``, ``subj``, ``mpqa``, ``sst2``, ``trec``, ``agnews``: classification on frozen
@@ -23,7 +25,7 @@ from swe.eval import classification
 from swe.eval.data import STSB, TATOEBA, data_root
 from swe.eval.encoders import Encoder
 from swe.eval.mining import bucc_tatoeba
-from swe.eval.retrieval import tatoeba
+from swe.eval.retrieval import pair_retrieval, tatoeba
 from swe.eval.similarity import sts_dir
 
 __all__ = ["FAMILIES", "GROUPS", "NAMED", "TaskKind", "UnknownTaskError", "expand", "headline",
@@ -49,6 +51,7 @@ FAMILIES: dict[str, TaskKind] = {
                       "spearman"),
     "sts:": TaskKind(lambda enc, path, data, _: sts_dir(enc, path), "spearman"),
     "tatoeba-": TaskKind(lambda enc, lang, data, _: tatoeba(enc, lang, data / TATOEBA), "acc"),
+    "pairs:": TaskKind(lambda enc, path, data, _: pair_retrieval(enc, path), "acc"),
     "bucc-": TaskKind(lambda enc, lang, data, n: bucc_tatoeba(enc, lang, data, n), "f1"),
 }
 #: Tasks by exact name (the argument is the name).
