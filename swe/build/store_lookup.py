@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from swe import storage
+from swe.build.extractor import to_fixed
 from swe.build.shuffle import by_partition, id_partition, write_groups
 from swe.build.store import (
     BUCKETS,
@@ -51,7 +52,6 @@ def lookup_bucket(k: int, req_dir: str, ns: Namespace, vocab: dict[str, str],
                   lang_offset: dict[str, int], total: int, parts: int, sums_dir: str,
                   targets: str | None, miss_url: str) -> dict:
     """Serve bucket ``k``'s requests from the store; write the rest as misses."""
-    from swe.build.stages.extraction import to_fixed
     from swe.build.stages.vocab import read_words
 
     reqs = _requests(req_dir, k)

@@ -20,24 +20,22 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe import storage
+from swe.build.extractor import FIXED_POINT, Extractor, align, part_key, to_fixed
 from swe.build.markers import StageDir
 from swe.build.runner import StageResult
-from swe.build.shuffle import by_partition, id_partition, partition_ids, read_files, write_groups
+from swe.build.shuffle import partition_ids, read_files
 from swe.build.stages.selection import selected_parts
 from swe.build.stages.vocab import read_words
 from swe.build.tasks import MiB, Progress, node_id, remote, run_sharded
-from swe.text import language, units
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
@@ -260,7 +258,7 @@ def _sentence_waves(ctx: BuildContext, urls: list[str]) -> list[Wave]:
     for i, item in enumerate(sized):
         group.append(item)
         if sum(g[1] for g in group) >= ctx.cfg.extraction.job_sentences or i == len(sized) - 1:
-            expected = {_part_key(u): n for u, n in group}
+            expected = {part_key(u): n for u, n in group}
             pafs, _ = storage.pyarrow_filesystem(group[0][0])
             paths = [storage.pyarrow_filesystem(u)[1] for u, _ in group]
             # Enough blocks that every actor stays busy (a part is one file otherwise).
@@ -270,10 +268,6 @@ def _sentence_waves(ctx: BuildContext, urls: list[str]) -> list[Wave]:
                 p, filesystem=fs_, include_paths=True, override_num_blocks=nb).repartition(nb)))
             group = []
     return waves
-
-
-def _part_key(path: str) -> str:
-    return path.rsplit("/", 1)[-1].removesuffix(".parquet")
 
 
 def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int, p: int,
@@ -389,166 +383,6 @@ def assemble_step1(stage_dir: str, parts: int, vocab: dict[str, str], teacher: s
     StaticModel.from_vectors(words, vectors.astype(np.float32), tokenizer=teacher,
                              language=list(vocab), provenance=provenance, oov=oov).save(dst)
     return {"words": len(words), "with_vectors": len(z["word_id"]), "node": node_id()}
-
-
-def align(spans: list[tuple[str, int, int]], targets: list[str], offsets: np.ndarray,
-          mask: np.ndarray, shift: int = 0) -> dict[str, np.ndarray]:
-    """Token indices of each target word's first occurrence.
-
-    ``spans`` are the sentence's units ``(key, start, end)``; ``offsets``/``mask`` the teacher's
-    token character offsets and attention mask for the (possibly prefixed) text, ``shift`` the
-    prefix length. Tokens overlap a unit when their spans intersect; special tokens (empty
-    spans) never do. Targets absent from the sentence are left out.
-    """
-    first: dict[str, tuple[int, int]] = {}
-    for key, a, b in spans:
-        first.setdefault(key, (a + shift, b + shift))
-    valid = (mask > 0) & (offsets[:, 1] > offsets[:, 0])
-    out = {}
-    for t in targets:
-        if t in first:
-            a, b = first[t]
-            idx = np.flatnonzero(valid & (offsets[:, 0] < b) & (offsets[:, 1] > a))
-            if len(idx):
-                out[t] = idx
-    return out
-
-
-FIXED_POINT = 2.0**36  # word vectors are summed as integers in units of 2^-36
-_MAX_VALUE = 2.0**20  # |a hidden-state component| beyond this would risk int64 overflow
-
-
-def to_fixed(v: np.ndarray) -> np.ndarray:
-    """One sentence's word vector on the fixed-point grid (int64 units of 2^-36).
-
-    Integer sums do not depend on the order or grouping of their terms, so however sentences
-    are batched and whichever actor finishes first, the sums (and the step-1 model) are the same
-    bit for bit; 2^-36 is far below float32 resolution at the scale of hidden states."""
-    if not np.isfinite(v).all() or np.abs(v).max(initial=0) >= _MAX_VALUE:
-        raise ValueError("the teacher's hidden states are not finite or not of a sane scale "
-                         f"(max |value| {np.abs(v).max():.3g})")
-    return np.rint(v * FIXED_POINT).astype(np.int64)
-
-
-class Extractor:
-    """Ray Data actor: sentences + the word ids they serve → fixed-point per-word sums.
-
-    Each batch's sums are written by word partition to ``<out>/p<P>/b<first sid>.npz`` (a
-    retried batch rewrites the same files); with ``targets`` (a folder) also each sentence's
-    pooled teacher embedding to ``<targets>/b<first sid>.parquet``. The actor returns only
-    ``(part, sentences)`` rows, so the driver can check that every sentence of every part was
-    processed exactly once.
-    """
-
-    def __init__(self, teacher_dir: str, vocab: dict[str, str], lang_offset: dict[str, int],
-                 total: int, parts: int, out: str, token_budget: int, mode: str = "sentence",
-                 threads: int | None = 1, trust_remote_code: bool = False,
-                 targets: str | None = None, onnx: Any = None, store: Any = None) -> None:
-        from swe.build.runtime import open_teacher
-        from swe.text import unk_token
-
-        self.teacher = open_teacher(teacher_dir, onnx, threads, trust_remote_code)
-        self.fast_tok = storage.load_tokenizer(teacher_dir)
-        self.unk = unk_token(self.fast_tok)
-        self.vocab = {lang: read_words(url) for lang, url in vocab.items()}
-        self.lang_offset = lang_offset
-        self.total, self.parts, self.out = total, parts, out
-        self.budget = token_budget
-        self.mode = mode
-        self.shift = len(self.teacher.spec.prefix)
-        self.targets = targets
-        self.store = store  # a swe.build.store.Namespace: every sentence's units are kept there
-        self.actor = f"{node_id()}:{os.getpid()}"
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        """Write one batch's per-word sums; its sentences per part, and the seconds this actor
-        spent on it (on the first row)."""
-        start = time.perf_counter()
-        texts = batch.column("text").to_pylist()
-        langs = batch.column("lang").to_pylist()
-        col = "part" if "part" in batch.column_names else "path"
-        parts = [_part_key(p) for p in batch.column(col).to_pylist()]
-        sums: dict[int, np.ndarray] = {}
-        counts: dict[int, int] = {}
-        keep = self.targets or self.store is not None
-        pooled = np.zeros((len(texts), self.teacher.dim), np.float32) if keep else None
-        stored = []
-        for idx, hidden, offsets, mask in self.teacher.forward_batches(texts, self.budget):
-            if pooled is not None:
-                pooled[idx] = self.teacher.pool(hidden, mask)
-            for j, i in enumerate(idx):
-                if self.store is not None:
-                    found, row = self._stored_units(batch, i, texts[i], langs[i], hidden[j],
-                                                    offsets[j], mask[j], pooled[i])
-                    stored.append(row)
-                else:
-                    found = [(gid, hidden[j, tok].mean(axis=0, dtype=np.float64)) for gid, tok
-                             in self._targets(batch, i, texts[i], langs[i], offsets[j], mask[j])]
-                for gid, vector in found:
-                    v = to_fixed(vector)
-                    sums[gid] = sums[gid] + v if gid in sums else v
-                    counts[gid] = counts.get(gid, 0) + 1
-        first_sid = int(batch.column("sid").to_numpy().min())
-        first = f"b{first_sid:020d}"
-        if stored:
-            from swe.build.store import write_rows
-
-            write_rows(self.store, stored, first_sid)
-        if self.targets:
-            storage.write_parquet(storage.join(self.targets, first + ".parquet"), pa.table({
-                "sid": batch.column("sid"), "src": batch.column("text"),
-                "teacher": pa.FixedSizeListArray.from_arrays(pa.array(pooled.reshape(-1)),
-                                                             pooled.shape[1])}))
-        if sums:
-            gids = np.fromiter(sums, np.int64, len(sums))
-            name = first + ".npz"
-            write_groups(by_partition(id_partition(gids, self.total, self.parts), word_id=gids,
-                                      sum=np.stack(list(sums.values())),
-                                      count=np.fromiter(counts.values(), np.int64, len(gids))),
-                         lambda k: storage.join(self.out, f"p{k:04d}", name))
-        keys = sorted(set(parts))
-        busy = [time.perf_counter() - start] + [0.0] * (len(keys) - 1)
-        return pa.table({"part": pa.array(keys, pa.string()),
-                         "sentences": pa.array([parts.count(k) for k in keys], pa.int64()),
-                         "actor": pa.array([self.actor] * len(keys), pa.string()),
-                         "busy_s": pa.array(busy, pa.float64())})
-
-    def _stored_units(self, batch: pa.Table, i: int, text: str, lang: str, hidden: np.ndarray,
-                      offsets: np.ndarray, mask: np.ndarray, pooled: np.ndarray
-                      ) -> tuple[list[tuple[int, np.ndarray]], tuple]:
-        """Every unit's vector of row ``i`` rounded to the store's float16 (its store row), and
-        the vectors of the words the row serves, taken from those rounded values so a word's
-        sum is the same whether its sentence was encoded now or read from the store."""
-        from swe.build.store import sentence_key
-
-        spans = units(text, language(lang), self.fast_tok, self.unk)
-        keys = list(dict.fromkeys(k for k, _, _ in spans))
-        pos = align(spans, keys, offsets, mask, self.shift)
-        vecs = {k: hidden[pos[k]].mean(axis=0, dtype=np.float64).astype(np.float16)
-                for k in keys if k in pos and len(pos[k])}
-        words, off = self.vocab[lang], self.lang_offset[lang]
-        found = [(w + off, vecs[words[w]].astype(np.float64))
-                 for w in batch.column("word_ids")[i].as_py() if words[w] in vecs]
-        matrix = np.stack(list(vecs.values())) if vecs else np.zeros((0, self.teacher.dim),
-                                                                       np.float16)
-        row = (sentence_key(lang, text), lang, list(vecs), matrix.tobytes(),
-               pooled.astype(np.float32).tobytes())
-        return found, row
-
-    def _targets(self, batch: pa.Table, i: int, text: str, lang: str, offsets: np.ndarray,
-                 mask: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """``(global word id, token indices)`` of each word row ``i`` serves."""
-        wids = batch.column("word_ids")[i].as_py()
-        off = self.lang_offset[lang]
-        if self.mode == "model2vec":  # the whole text is the word
-            valid = (mask > 0) & (offsets[:, 1] > offsets[:, 0])
-            found = [(wids[0] + off, np.flatnonzero(valid))]
-        else:
-            words = self.vocab[lang]
-            spans = units(text, language(lang), self.fast_tok, self.unk)
-            pos = align(spans, [words[w] for w in wids], offsets, mask, self.shift)
-            found = [(w + off, pos[words[w]]) for w in wids if words[w] in pos]
-        return [(g, t) for g, t in found if len(t)]
 
 
 def actor_count(actors: int, gpus_per_actor: float, threads: int = 1) -> int:
