@@ -1,71 +1,9 @@
-"""Bulk encoding: every row of a Parquet/JSONL/text dataset → Parquet embeddings, on Ray Data.
+"""`ray job submit -- python pipelines/encode.py …`: the same job as `swe encode`
+(swe/commands/encode.py); `python pipelines/encode.py --help` lists its options."""
 
-    python pipelines/encode.py --model PATH --input PATH_OR_GLOB --output DIR \
-        [--text-column text] [--id-column id] [--keep-columns a b] [--dtype float16] [--dim 128]
-
-Inputs and output may be local or s3:// (credentials and AWS_ENDPOINT_URL from the environment);
-inputs may be gzip/xz/zstd/bz2 compressed. Rerunning a killed job resumes it; the previous output
-stays readable until the new one is complete (readers: swe.bulk.read_output). Runs on a local
-Ray, or on the cluster in RAY_ADDRESS (e.g. under `ray job submit`). See docs/bulk.md.
-"""
-
-from __future__ import annotations
-
-import argparse
-import json
 import sys
-from dataclasses import asdict
 
-
-def parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The job's arguments (shared with `swe encode`)."""
-    from swe.cli import HelpFormatter
-
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--model", required=True, help="saved swe model (dir or s3:// prefix)")
-    p.add_argument("--input", required=True, nargs="+", help="files, globs or directories")
-    p.add_argument("--output", required=True, help="output dir or s3:// prefix")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an output path that is not an earlier encode output")
-    p.add_argument("--text-column", default="text", help="text column/field (Parquet, JSONL)")
-    p.add_argument("--id-column", help="id column/field to carry over; default: file + row")
-    p.add_argument("--keep-columns", nargs="+", default=[], help="columns to carry over")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "int8"],
-                   help="int8: round(v * 127), scale 1/127 in the manifest")
-    p.add_argument("--dim", type=int, help="keep the first DIM dimensions (re-normalised)")
-    p.add_argument("--format", default="auto", choices=["auto", "parquet", "jsonl", "text"],
-                   help="input format")
-    p.add_argument("--part-rows", type=int, default=65536, help="rows per output part")
-    p.add_argument("--actors", type=int, default=1, help="encoder actors at least")
-    p.add_argument("--max-actors", type=int,
-                   help="encoder actors at most (default: as many as the cluster has room for)")
-    p.add_argument("--cpus-per-actor", type=float, default=0.5, help="CPUs each actor reserves")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="also Ray's and Ray Data's own progress output and logs")
-    return p
-
-
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Run the job; ``error: …`` and exit code 2 for a user's mistake."""
-    args = parser(prog).parse_args(argv)
-    from swe.raysetup import configure_console
-
-    configure_console(verbose=args.verbose)
-    from swe.bulk import EncodeOptions, encode_files
-
-    opts = EncodeOptions(text_column=args.text_column, id_column=args.id_column,
-                         keep_columns=tuple(args.keep_columns), dtype=args.dtype, dim=args.dim,
-                         fmt=args.format, part_rows=args.part_rows)
-    try:
-        summary = encode_files(args.model, args.input, args.output, options=opts,
-                               actors=args.actors, max_actors=args.max_actors,
-                               cpus_per_actor=args.cpus_per_actor, overwrite=args.overwrite)
-    except (OSError, ValueError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(asdict(summary)))
-    return 0
-
+from swe.commands.encode import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="pipelines/encode.py"))

@@ -1,24 +1,20 @@
 """The ``swe`` command: ``swe build|encode|evaluate|analyze|export|info|store``.
 
-``build``, ``encode``, ``evaluate`` and ``analyze`` are the ``pipelines/*.py`` jobs themselves
-(their parser and ``main``, loaded from the repository's ``pipelines/``), so the command and
-``ray job submit -- python pipelines/…`` take the same arguments. ``export``, ``info`` and
-``store`` live
-here. Nothing heavy is imported until a subcommand runs: no torch, no Ray at import time.
+``build``, ``encode``, ``evaluate`` and ``analyze`` are the jobs in ``swe.commands`` (their parser
+and ``main``); ``pipelines/*.py`` wrap the same functions for ``ray job submit``, so both take the
+same arguments. ``export``, ``info`` and ``store`` live here. Nothing heavy is imported until a
+subcommand runs: no torch, no Ray at import time.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import sys
-from pathlib import Path
-from types import ModuleType
 
-__all__ = ["HelpFormatter", "info", "main"]
+__all__ = ["HelpFormatter", "command_parser", "info", "main"]
 
-PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 JOBS = {"build": "build a model from a config",
         "encode": "bulk-encode files with a model (Ray Data)",
         "evaluate": "evaluate encoders on STS, retrieval, mining, classification",
@@ -35,19 +31,6 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         if action.default in (None, False, []) or "default" in (action.help or ""):
             return action.help or ""
         return super()._get_help_string(action)
-
-
-def _job(name: str) -> ModuleType:
-    """The ``pipelines/<name>.py`` module (it exposes ``parser(prog)`` and ``main(argv, prog)``)."""
-    path = PIPELINES / f"{name}.py"
-    if not path.is_file():
-        raise SystemExit(f"error: {path} not found: `swe {name}` runs the repository's "
-                         f"pipelines/{name}.py; install swe editable from a checkout "
-                         f"(pip install -e .)")
-    spec = importlib.util.spec_from_file_location(f"swe_pipelines_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def info(path: str) -> dict:
@@ -68,12 +51,16 @@ def info(path: str) -> dict:
             "total_bytes": sum(f["bytes"] for f in files.values())}
 
 
-def _info_main(argv: list[str]) -> int:
+def _info_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swe info", formatter_class=HelpFormatter,
                                 description=LOCAL["info"] + "\n\nexample: swe info out/qs/model")
     p.add_argument("model", help="a saved swe model (dir or s3:// prefix)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    args = p.parse_args(argv)
+    return p
+
+
+def _info_main(argv: list[str]) -> int:
+    args = _info_parser().parse_args(argv)
     from swe.modelfiles import ModelFileError
 
     try:
@@ -93,7 +80,7 @@ def _info_main(argv: list[str]) -> int:
     return 0
 
 
-def _export_main(argv: list[str]) -> int:
+def _export_parser() -> argparse.ArgumentParser:
     from swe.export import TARGETS
 
     p = argparse.ArgumentParser(
@@ -104,7 +91,11 @@ def _export_main(argv: list[str]) -> int:
     p.add_argument("model", help="a saved swe model (dir or s3:// prefix)")
     p.add_argument("--to", required=True, choices=TARGETS, help="the target library's format")
     p.add_argument("out", help="output directory (must be empty or absent)")
-    args = p.parse_args(argv)
+    return p
+
+
+def _export_main(argv: list[str]) -> int:
+    args = _export_parser().parse_args(argv)
     from swe.export import ExportError, export
 
     try:
@@ -116,7 +107,7 @@ def _export_main(argv: list[str]) -> int:
     return 0
 
 
-def _store_main(argv: list[str]) -> int:
+def _store_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="swe store", formatter_class=HelpFormatter,
         description=LOCAL["store"] + " (docs/teacher.md)\n\nexample:\n"
@@ -127,7 +118,11 @@ def _store_main(argv: list[str]) -> int:
     p.add_argument("--teacher", help="prune: a teacher sha256 prefix (as `list` shows it)")
     p.add_argument("--runtime", help="prune: torch, onnx or onnx-int8")
     p.add_argument("--older-than-days", type=float, help="prune: last written before this")
-    args = p.parse_args(argv)
+    return p
+
+
+def _store_main(argv: list[str]) -> int:
+    args = _store_parser().parse_args(argv)
     from swe.build.store import StoreError, list_store, prune
 
     try:
@@ -151,8 +146,18 @@ def _top_parser() -> argparse.ArgumentParser:
         prog="swe", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=f"static word embeddings: build, encode, evaluate, export\n\n"
                     f"commands:\n{lines}",
-        epilog="example: swe build --config pipelines/configs/quickstart.toml "
-               "--output out/quickstart\n`swe COMMAND --help` shows each command's options")
+        epilog="example: swe build --config quickstart --output out/quickstart\n"
+               "`swe COMMAND --help` shows each command's options")
+
+
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The argument parser of ``swe COMMAND`` (what ``swe COMMAND --help`` prints)."""
+    local = {"info": _info_parser, "export": _export_parser, "store": _store_parser}
+    if command in local:
+        return local[command]()
+    if command in JOBS:
+        return importlib.import_module(f"swe.commands.{command}").parser(f"swe {command}")
+    raise KeyError(f"unknown command {command!r}; choose from {', '.join([*JOBS, *LOCAL])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if command not in JOBS:
         _top_parser().error(f"unknown command {command!r}; choose from "
                             f"{', '.join([*JOBS, *LOCAL])}")
-    status = _job(command).main(rest, prog=f"swe {command}")
+    status = importlib.import_module(f"swe.commands.{command}").main(rest, prog=f"swe {command}")
     return int(status or 0)
 
 

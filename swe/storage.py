@@ -17,8 +17,8 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["absolute", "access_hint", "check_writable", "expand_inputs", "filesystem", "find",
-           "fingerprint", "input_format", "is_local", "iter_lines", "join", "load_npz",
+__all__ = ["absolute", "access_hint", "check_writable", "data_path", "expand_inputs", "filesystem",
+           "find", "fingerprint", "input_format", "is_local", "iter_lines", "join", "load_npz",
            "load_tokenizer", "naming", "open_input", "output_url", "overlaps",
            "pyarrow_filesystem", "read_bytes",
            "read_parquet", "read_text", "remove_tree", "save_npz", "write_bytes",
@@ -91,7 +91,7 @@ def _comparable(url: str) -> str:
 
 def overlaps(a: str, b: str) -> bool:
     """``a`` and ``b`` are the same place, or one lies inside the other."""
-    a, b = _comparable(a), _comparable(b)
+    a, b = _comparable(data_path(a)), _comparable(data_path(b))
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
@@ -257,10 +257,31 @@ def input_format(path: str, fmt: str = "auto") -> tuple[str, str | None]:
     return _FORMATS[ext], comp
 
 
+#: The sample corpus that ships with the package (swe/data/sample/README.md).
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sample")
+
+
+def data_path(path: str) -> str:
+    """An input path with its root resolved: ``{sample}/…`` is the sample corpus shipped with the
+    package, ``{data}/…`` the data root (``$SWE_DATA``, else ``../shared/data`` beside the
+    checkout; see ``swe.eval.data.data_root``); any other path is returned as it is."""
+    path = os.fspath(path)
+    if path.startswith("{sample}/"):
+        return os.path.join(SAMPLE, path.removeprefix("{sample}/"))
+    if path.startswith("{data}/"):
+        from swe.eval.data import data_root
+
+        return os.path.join(data_root(), path.removeprefix("{data}/"))
+    return path
+
+
 def expand_inputs(patterns: list[str]) -> list[str]:
-    """Files matched by paths, globs or directories (recursively), sorted; never empty."""
+    """Files matched by paths, globs or directories (recursively; ``{data}/`` and ``{sample}/``
+    resolved by :func:`data_path`), sorted; never empty."""
     files: list[str] = []
-    for pattern in patterns:
+    for given in patterns:
+        pattern = data_path(given)
+        hint = f" ({given}: set SWE_DATA to the data root)" if given.startswith("{data}/") else ""
         fs, path = filesystem(pattern)
         proto = "" if is_local(pattern) else pattern.split("://", 1)[0] + "://"
         if any(c in path for c in "*?["):
@@ -271,10 +292,10 @@ def expand_inputs(patterns: list[str]) -> list[str]:
         elif fs.exists(path):
             found = [path]
         else:
-            raise FileNotFoundError(f"input not found: {pattern}")
+            raise FileNotFoundError(f"input not found: {pattern}{hint}")
         found = [p for p in found if not fs.isdir(p)]
         if not found:
-            raise FileNotFoundError(f"no input files match {pattern}")
+            raise FileNotFoundError(f"no input files match {pattern}{hint}")
         files.extend(proto + p for p in found)
     return files
 

@@ -141,13 +141,8 @@ def test_quality_speed_plot_rejects_bad_points(tmp_path):
 
 
 def test_analyze_cli(tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(
-        "analyze", Path(__file__).resolve().parents[1] / "pipelines" / "analyze.py")
-    analyze = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(analyze)
+    from swe.commands import analyze
     model = _save(tmp_path, _scaled([1, 2, 3, 5, 8, 13]))
     speed = tmp_path / "speed.json"
     speed.write_text(json.dumps({"results": [

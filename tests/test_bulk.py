@@ -124,14 +124,11 @@ def test_parquet_row_groups_resume_and_changed_option(tmp_path, sentences, model
 
 
 def run_cli(args: list[str]) -> int:
-    """``pipelines/encode.py``'s ``main`` as the user runs it, in this process."""
-    import importlib.util
+    """``swe encode``'s ``main`` (what pipelines/encode.py runs) as the user runs it, in this
+    process."""
+    from swe.commands.encode import main
 
-    spec = importlib.util.spec_from_file_location(
-        "encode_cli", os.path.join(os.path.dirname(__file__), "..", "pipelines", "encode.py"))
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
-    return cli.main(args)
+    return main(args)
 
 
 def test_cli_int8_and_dim(tmp_path, sentences, model, model_path, capsys):

@@ -92,15 +92,11 @@ def test_pair_retrieval_on_held_out_pairs(data_dir, glove, tmp_path):
 def test_evaluate_cli_end_to_end(data_dir, tmp_path):
     """The command a user runs: STS (file and dir), mining, classification, speed; JSON and
     Markdown reports; clear errors before any work."""
-    import importlib.util
     import json
     import shutil
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(
-        "evaluate_cli", Path(__file__).parents[1] / "pipelines/evaluate.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    from swe.commands import evaluate as cli
+
     sts = tmp_path / "sts"
     sts.mkdir()
     shutil.copy(data_dir / "eval/sts/stsb/dev.tsv", sts / "a.tsv")

@@ -177,11 +177,8 @@ def test_driver_killed_inside_stages_resumes_them_and_gives_the_same_model(refer
 
 def _cli(capsys, corpus_url: str, output: str, extra=()) -> tuple[int, str]:
     """``pipelines/build.py`` as the user runs it (in this process): exit code, stderr."""
-    import importlib.util
+    from swe.commands import build as cli
 
-    spec = importlib.util.spec_from_file_location("swe_build_cli", ROOT / "pipelines/build.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
     args = ["--config", QUICK, "--output", output]
     for item in [*SMALL, f"corpus.en.paths=['{corpus_url}']", *extra]:
         args += ["--set", item]

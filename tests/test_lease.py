@@ -167,13 +167,11 @@ def test_a_second_build_stops_before_any_work_and_deletes_nothing(tmp_path):
 def test_the_build_command_says_who_holds_the_output_in_one_line(tmp_path, capsys):
     """``pipelines/build.py`` into a held output: exit 1, one line naming the holder, no
     traceback."""
-    import importlib.util
     from pathlib import Path
 
     root = Path(__file__).parents[1]
-    spec = importlib.util.spec_from_file_location("swe_build_cli", root / "pipelines/build.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    from swe.commands import build as cli
+
     with Lease(str(tmp_path), purpose="build other"):
         code = cli.main(["--config", str(root / "pipelines/configs/quickstart.toml"),
                          "--output", str(tmp_path)])

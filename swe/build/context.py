@@ -43,9 +43,9 @@ class BuildContext:
         lease = Lease(out, purpose=f"build {cfg.name}").acquire()
         try:
             teacher = storage.absolute(cfg.teacher_dir())
-            runtime = prepare(teacher, cfg.extraction.runtime,
-                              trust_remote_code=cfg.trust_remote_code)
-            store = _store(cfg, teacher) if cfg.extraction.store else None
+            ex = getattr(cfg, "extraction", None)  # a registry without the teacher's stage
+            runtime = ex and prepare(teacher, ex.runtime, trust_remote_code=cfg.trust_remote_code)
+            store = _store(cfg, teacher) if ex and ex.store else None
             init_ray()
             return cls(cfg, out, teacher, lease, runtime, store)
         except BaseException:

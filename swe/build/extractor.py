@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from swe import storage
+from swe.build.outputs import vocab_words
 from swe.build.shuffle import by_partition, id_partition, write_groups
-from swe.build.stages.vocab import read_words
 from swe.build.tasks import node_id
 from swe.text import language, units
 
@@ -85,7 +85,7 @@ class Extractor:
         self.teacher = open_teacher(teacher_dir, onnx, threads, trust_remote_code)
         self.fast_tok = storage.load_tokenizer(teacher_dir)
         self.unk = unk_token(self.fast_tok)
-        self.vocab = {lang: read_words(url) for lang, url in vocab.items()}
+        self.vocab = {lang: vocab_words(url) for lang, url in vocab.items()}
         self.lang_offset = lang_offset
         self.total, self.parts, self.out = total, parts, out
         self.budget = token_budget

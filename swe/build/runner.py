@@ -3,6 +3,9 @@
 For each stage: compute its config hash (chained through the stages it needs), reuse its result
 when the marker matches, else run it and write the marker. A stage is a module that provides
 what :class:`Stage` lists; the build's stages and their order are ``swe.build.stages.STAGES``.
+Adding a stage is one module plus one entry there: its ``SECTION`` becomes a table of the build
+config (``swe.build.config.config_class``), and it reads other stages' work only through
+``swe.build.outputs``.
 """
 
 from __future__ import annotations
@@ -20,9 +23,21 @@ if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["Stage", "StageResult", "build"]
+__all__ = ["Section", "Stage", "StageResult", "build"]
 
 log = logging.getLogger("swe.build")
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """A stage's table in the build config: ``[name]`` read into ``cls`` (a dataclass whose
+    fields declare their type, range and meaning), or, with ``keyed``, one ``[name.<key>]``
+    table per key (``keyed`` is how the key reads in docs, ``example`` what a key names)."""
+
+    name: str
+    cls: type
+    keyed: str = ""
+    example: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,6 +76,10 @@ class Stage(Protocol):
 
     NAME: str
     Result: type[StageResult]
+    SECTION: Section | None  # its config table (None: the stage has no settings of its own)
+
+    def validate(self, cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
+        """Append what is wrong with the stage's settings (before any work starts)."""
 
     def enabled(self, cfg: BuildConfig) -> bool:
         """Whether this build runs the stage at all."""
@@ -78,7 +97,8 @@ class Stage(Protocol):
 
 def build(cfg: BuildConfig, until: str | None = None,
           stages: Sequence[Stage] | None = None) -> dict[str, StageResult]:
-    """Run (or resume) the build's stages in order, stopping after ``until``; every result."""
+    """Run (or resume) the build's stages in order, stopping after ``until``; every result.
+    ``stages``: the registry ``cfg`` was loaded with (default ``swe.build.stages.STAGES``)."""
     from swe.build.context import BuildContext
     from swe.build.stages import STAGES
 

@@ -52,14 +52,14 @@ def lookup_bucket(k: int, req_dir: str, ns: Namespace, vocab: dict[str, str],
                   lang_offset: dict[str, int], total: int, parts: int, sums_dir: str,
                   targets: str | None, miss_url: str) -> dict:
     """Serve bucket ``k``'s requests from the store; write the rest as misses."""
-    from swe.build.stages.vocab import read_words
+    from swe.build.outputs import vocab_words
 
     reqs = _requests(req_dir, k)
     if reqs is None:
         return {"hits": 0, "misses": 0, "bad_rows": 0, "bad_files": 0, "node": node_id()}
     index, bad_files = read_bucket_keys(ns, k)
     found = _stored(index, reqs.column("key").to_pylist())
-    words = {lang: read_words(url) for lang, url in vocab.items()}
+    words = {lang: vocab_words(url) for lang, url in vocab.items()}
     sums: dict[int, np.ndarray] = {}
     counts: dict[int, int] = {}
     pooled, hit_rows = [], []

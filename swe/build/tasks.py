@@ -4,6 +4,7 @@ stage's progress with an ETA."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 from swe.build.markers import StageDir
 from swe.raysetup import clear_status, console, get, show_status
 
-__all__ = ["Progress", "duration", "rate", "run_sharded", "track", "wait_logged"]
+__all__ = ["Progress", "actor_count", "duration", "rate", "run_sharded", "track", "wait_logged"]
 
 log = logging.getLogger("swe.build")
 
@@ -157,3 +158,16 @@ def remote(fn: Callable, memory: int, what: str, setting: str, cpus: float = 0.5
         raise ValueError(f"{what} needs ~{memory / 2**30:.1f} GiB per task but the largest node "
                          f"has {largest / 2**30:.1f} GiB: raise {setting} (or use larger nodes)")
     return ray.remote(num_cpus=cpus, memory=int(memory))(fn)
+
+
+def actor_count(actors: int, gpus_per_actor: float, threads: int = 1) -> int:
+    """Actors to start: as configured, else one per GPU, else one teacher per ``threads`` CPUs
+    (each reserves only ``cpus_per_actor`` so reading tasks are never starved)."""
+    import ray
+
+    if actors:
+        return actors
+    res = ray.cluster_resources()
+    if gpus_per_actor and res.get("GPU"):
+        return max(1, int(res["GPU"] / gpus_per_actor))
+    return max(1, math.floor(res.get("CPU", 1) / threads))

@@ -23,8 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe import storage
-from swe.build.markers import StageDir, hashed
-from swe.build.runner import StageResult
+from swe.build.markers import StageDir
+from swe.build.outputs import hashed_corpus
+from swe.build.runner import Section, StageResult
 from swe.build.tasks import MiB, remote, run_sharded
 from swe.storage import input_format, iter_lines, open_input
 
@@ -57,6 +58,10 @@ class CorpusConfig:
         "choices": BAD_BYTES, "help": "a line that is not UTF-8: skip, replace (U+FFFD), error"})
 
 
+SECTION = Section("corpus", CorpusConfig, keyed="corpus.<lang>",
+                  example="languages, e.g. [corpus.en]")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):
     """Line shards per language (``{"path", "lines"}`` each, in corpus order)."""
@@ -78,11 +83,6 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
             errors.append(f"[corpus.{lang}] given but {lang!r} is not in languages")
         if check_paths:
             check_readable(c.paths, f"corpus.{lang}", errors)
-
-
-def hashed_corpus(cfg: BuildConfig) -> dict:
-    """The corpus settings as hashed (also by the sentences stage)."""
-    return {lang: hashed(c, on_bad_bytes="skip") for lang, c in cfg.corpus.items()}
 
 
 def enabled(cfg: BuildConfig) -> bool:

@@ -31,17 +31,16 @@ import pyarrow.parquet as pq
 from swe import storage
 from swe.build.extractor import FIXED_POINT, Extractor, align, part_key, to_fixed
 from swe.build.markers import StageDir
-from swe.build.runner import StageResult
+from swe.build.outputs import selected_parts, targets_url, vocab_url, vocab_words, writes_targets
+from swe.build.runner import Section, StageResult
 from swe.build.shuffle import partition_ids, read_files
-from swe.build.stages.selection import selected_parts
-from swe.build.stages.vocab import read_words
-from swe.build.tasks import MiB, Progress, node_id, remote, run_sharded
+from swe.build.tasks import MiB, Progress, actor_count, node_id, remote, run_sharded
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["Extractor", "Result", "actor_count", "align", "assemble_step1",
+__all__ = ["Extractor", "Result", "align", "assemble_step1",
            "reduce_sums", "to_fixed"]
 
 log = logging.getLogger("swe.build")
@@ -77,6 +76,9 @@ class ExtractionConfig:
         "min": 1, "help": "sentences per Ray Data job: the unit of resumption"})
     partitions: int = field(default=0, metadata={
         "min": 0, "help": "word partitions of the sums; 0 = from V (the result is the same)"})
+
+
+SECTION = Section("extraction", ExtractionConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,18 +136,6 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
         ((("store", VALUE_FORMAT),) if cfg.extraction.store else ())
 
 
-def writes_targets(cfg: BuildConfig) -> bool:
-    """Whether the pass also writes each selected sentence's teacher embedding (step 3 then
-    distils on all of them)."""
-    return (cfg.extraction.mode == "sentence" and cfg.refine.objective == "distill"
-            and cfg.refine.sentences == "selected")
-
-
-def targets_url(stage_dir: str) -> str:
-    """The folder of ``(sid, src, teacher)`` Parquet files the pass writes (one per batch)."""
-    return storage.join(stage_dir, "targets")
-
-
 def partitions(cfg: BuildConfig, words: int, dim: int = 1024) -> int:
     """``extraction.partitions``, or enough that a reduce task holds ~256 MiB of sums."""
     if cfg.extraction.partitions:
@@ -194,7 +184,7 @@ def _gb(nbytes: int) -> str:
 
 
 def _vocab_urls(ctx: BuildContext) -> dict[str, str]:
-    return {lang: ctx.work("vocab", f"{lang}.parquet") for lang in ctx.cfg.languages}
+    return {lang: vocab_url(ctx, lang) for lang in ctx.cfg.languages}
 
 
 def _serve_from_store(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int,
@@ -237,7 +227,7 @@ def _model2vec_waves(ctx: BuildContext) -> list[Wave]:
 
     rows = []
     for lang in ctx.cfg.languages:
-        for i, w in enumerate(read_words(ctx.work("vocab", f"{lang}.parquet"))):
+        for i, w in enumerate(vocab_words(vocab_url(ctx, lang))):
             rows.append({"sid": len(rows), "text": w, "lang": lang, "word_ids": [i],
                          "part": "m2v"})
     blocks = max(1, math.ceil(len(rows) / ctx.cfg.extraction.batch_size))
@@ -288,7 +278,7 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
             "num_gpus": ex.gpus_per_actor or None, "fn_constructor_kwargs": {
                 "teacher_dir": ctx.teacher, "onnx": ctx.onnx_model(), "lang_offset": offsets,
                 "total": total, "parts": p,
-                "vocab": {lang: ctx.work("vocab", f"{lang}.parquet") for lang in offsets},
+                "vocab": {lang: vocab_url(ctx, lang) for lang in offsets},
                 "token_budget": ex.token_budget, "mode": ex.mode,
                 "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
                 "trust_remote_code": ctx.cfg.trust_remote_code,
@@ -374,7 +364,7 @@ def assemble_step1(stage_dir: str, parts: int, vocab: dict[str, str], teacher: s
                                                         "vector": np.dtype(np.float64)})
     if not len(z["word_id"]):
         raise ValueError("extraction produced no vectors: is the selection empty?")
-    all_words = [w for url in vocab.values() for w in read_words(url)]
+    all_words = [w for url in vocab.values() for w in vocab_words(url)]
     merged: dict[str, list[int]] = {}
     for row, gid in enumerate(z["word_id"].tolist()):
         merged.setdefault(all_words[gid], []).append(row)
@@ -383,16 +373,3 @@ def assemble_step1(stage_dir: str, parts: int, vocab: dict[str, str], teacher: s
     StaticModel.from_vectors(words, vectors.astype(np.float32), tokenizer=teacher,
                              language=list(vocab), provenance=provenance, oov=oov).save(dst)
     return {"words": len(words), "with_vectors": len(z["word_id"]), "node": node_id()}
-
-
-def actor_count(actors: int, gpus_per_actor: float, threads: int = 1) -> int:
-    """Actors to start: as configured, else one per GPU, else one teacher per ``threads`` CPUs
-    (each reserves only ``cpus_per_actor`` so reading tasks are never starved)."""
-    import ray
-
-    if actors:
-        return actors
-    res = ray.cluster_resources()
-    if gpus_per_actor and res.get("GPU"):
-        return max(1, int(res["GPU"] / gpus_per_actor))
-    return max(1, math.floor(res.get("CPU", 1) / threads))

@@ -20,8 +20,8 @@ import numpy as np
 
 from swe import storage
 from swe.build.markers import StageDir
-from swe.build.runner import StageResult
-from swe.build.stages.selection import selected_parts
+from swe.build.outputs import selected_parts, vocab_url
+from swe.build.runner import Section, StageResult
 from swe.build.tasks import MiB, remote
 from swe.model import StaticModel
 from swe.raysetup import get
@@ -49,6 +49,9 @@ class PCAConfig:
         "min": 2, "help": "M sentences for sentence-level PCA"})
     sif_a: float = field(default=1e-3, metadata={
         "gt": 0, "help": "SIF weight a/(a+p(w)) in model2vec mode"})
+
+
+SECTION = Section("pca", PCAConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +119,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     sif = cfg.pca.sif_a if cfg.extraction.mode == "model2vec" else None
     if sif is not None:
         stats["sif_a"] = sif
-    vocab = {lang: ctx.work("vocab", f"{lang}.parquet") for lang in cfg.languages}
+    vocab = {lang: vocab_url(ctx, lang) for lang in cfg.languages}
     task = remote(transform_step1, 512 * MiB + words * 4096 * 3, "pca (transform)", "vocab.size")
     get(task.remote(ctx.path("step1"), pca, sif, vocab, ctx.provenance("step2"),
                     [ctx.path("step2"), ctx.path("model")], cfg.oov))

@@ -24,8 +24,8 @@ import numpy as np
 
 from swe import storage
 from swe.build.markers import StageDir
-from swe.build.runner import StageResult
-from swe.build.stages.train_data import split_urls
+from swe.build.outputs import train_dev_urls
+from swe.build.runner import Section, StageResult
 from swe.build.trainer import load_state, train_loop
 from swe.model import StaticModel
 
@@ -92,6 +92,9 @@ class RefineConfig:
                           "(0 = the global order train_data wrote)"})
     storage: str = field(default="", metadata={
         "help": "Ray Train storage path; default <output>/work/refine/runs"})
+
+
+SECTION = Section("refine", RefineConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,7 +165,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     r = ctx.cfg.refine
     runs, name = r.storage or st.path("runs"), f"refine-{st.config_hash}"
     _remove_other_runs(runs, name)
-    best, state = run_training(ctx.path("step2"), split_urls(ctx), runs, name, r,
+    best, state = run_training(ctx.path("step2"), train_dev_urls(ctx), runs, name, r,
                                ctx.cfg.seed, done["train_data"].train_rows)
     ctx.save_step("step3", StaticModel.load(ctx.path("step2")).words, best)
     curves = ctx.path("refinement")

@@ -29,9 +29,9 @@ import pyarrow as pa
 
 from swe import storage
 from swe.build.markers import StageDir
-from swe.build.runner import StageResult
+from swe.build.outputs import text_keys, vocab_url, vocab_words
+from swe.build.runner import Section, StageResult
 from swe.build.shuffle import by_partition, id_partition, partition_ids, read_files, write_groups
-from swe.build.stages.vocab import read_words, text_keys
 from swe.build.tasks import MiB, node_id, remote, run_sharded
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from swe.build.context import BuildContext
 
 __all__ = ["Result", "SelectionConfig", "candidate_pairs", "emit_selected", "pass_a", "pass_b",
-           "pass_c", "pass_m", "pass_q", "read_selected", "selected_parts", "shard_heaps"]
+           "pass_c", "pass_m", "pass_q", "read_selected", "shard_heaps"]
 
 NAME = "selection"
 
@@ -54,6 +54,9 @@ class SelectionConfig:
         "min": 1, "help": "among the word's first C candidates in corpus order"})
     partitions: int = field(default=0, metadata={
         "min": 0, "help": "word partitions of the exchange; 0 = from V·C (the result is the same)"})
+
+
+SECTION = Section("selection", SelectionConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,7 +128,7 @@ def _select_language(ctx: BuildContext, st: StageDir, lang: str, shards: list[di
                      p: int) -> dict[str, int]:
     """The five passes over one language's shards; its counts."""
     n, c = ctx.cfg.selection.n, ctx.cfg.selection.candidates
-    out, words = st.path(lang), ctx.work("vocab", f"{lang}.parquet")
+    out, words = st.path(lang), vocab_url(ctx, lang)
     ids = [s["shard_id"] for s in shards]
     biggest = max(s["sentences"] for s in shards)
     shard_mem = 128 * MiB + v * 100 + biggest * 600
@@ -170,7 +173,7 @@ _I64 = np.dtype(np.int64)
 def pass_a(path: str, lang: str, teacher_dir: str, words_url: str, shard: int, v: int, p: int,
            out: str) -> dict:
     """Pass A (one shard): candidate pairs, and document frequencies by word partition."""
-    index = {w: i for i, w in enumerate(read_words(words_url))}
+    index = {w: i for i, w in enumerate(vocab_words(words_url))}
     texts = storage.read_parquet(path, ["text"]).column("text").to_pylist()
     rows, wids = candidate_pairs(texts, lang, teacher_dir, index)
     storage.save_npz(storage.join(out, "candidates", f"s{shard:06d}.npz"), rows=rows, wids=wids)
@@ -242,11 +245,6 @@ def read_selected(ctx: BuildContext, lang: str) -> tuple[np.ndarray, np.ndarray]
     """``(word_id, sid)`` of every selected (word, sentence) pair of ``lang``, by word id."""
     z = read_files(ctx.work(NAME, lang, "pairs"), {"word_id": _I64, "sid": _I64})
     return z["word_id"], z["sid"]
-
-
-def selected_parts(ctx: BuildContext) -> list[str]:
-    """The selected-sentence Parquet parts (``sid, text, ntok, lang, word_ids``)."""
-    return storage.find(ctx.work(NAME, "parts"))
 
 
 def candidate_pairs(texts: list[str], lang: str, teacher_dir: str | None,

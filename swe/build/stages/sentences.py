@@ -18,8 +18,8 @@ import pyarrow as pa
 
 from swe import storage
 from swe.build.markers import StageDir
-from swe.build.runner import StageResult
-from swe.build.stages.corpus import hashed_corpus
+from swe.build.outputs import hashed_corpus
+from swe.build.runner import Section, StageResult
 from swe.build.tasks import MiB, remote, run_sharded
 from swe.text import split_sentences
 
@@ -40,6 +40,9 @@ class SentenceConfig:
         "min": 1, "help": "shortest sentence kept, in teacher tokens"})
     max_tokens: int = field(default=128, metadata={
         "min": 1, "max": 511, "help": "longest kept; teachers accept < 512 tokens"})
+
+
+SECTION = Section("sentences", SentenceConfig)
 
 
 @dataclass(frozen=True, kw_only=True)

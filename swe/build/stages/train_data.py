@@ -35,24 +35,27 @@ import pyarrow.dataset as pds
 from swe import storage
 from swe.build import pairs
 from swe.build.markers import StageDir
+from swe.build.outputs import selected_parts, targets_url, writes_targets
 from swe.build.pair_dataset import pair_splits
 from swe.build.pairs import PairsConfig
-from swe.build.runner import StageResult
+from swe.build.runner import Section, StageResult
 from swe.build.shuffle import shuffle_key
 from swe.build.splits import split_last, where
-from swe.build.stages.extraction import actor_count, targets_url, writes_targets
-from swe.build.stages.selection import selected_parts
-from swe.build.tasks import run_sharded
+from swe.build.tasks import actor_count, run_sharded
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["PairsConfig", "Result", "TeacherEmbedder", "sample_partition", "split_urls"]
+__all__ = ["PairsConfig", "Result", "TeacherEmbedder", "sample_partition"]
 
 log = logging.getLogger("swe.build")
 NAME = "train_data"
 LAYOUT = 2  # train/ and dev/ Parquet shards (1: one train.parquet and dev.parquet)
+
+
+SECTION = Section("pairs", PairsConfig, keyed="pairs.<src-tgt>",
+                  example="language pairs, e.g. [pairs.en-de]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,11 +68,6 @@ class Result(StageResult):
     read: dict[str, dict[str, int]] = field(default_factory=dict)
     duplicates: int = 0
     over_max_pairs: int = 0
-
-
-def split_urls(ctx: BuildContext) -> tuple[str, str]:
-    """The ``train/`` and ``dev/`` folders of Parquet shards this stage wrote."""
-    return ctx.work(NAME, "train"), ctx.work(NAME, "dev")
 
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:

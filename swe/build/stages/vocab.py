@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,16 +22,16 @@ import pyarrow as pa
 
 from swe import storage
 from swe.build.markers import StageDir, hashed
-from swe.build.runner import StageResult
+from swe.build.outputs import text_keys, vocab_url
+from swe.build.runner import Section, StageResult
 from swe.build.tasks import MiB, node_id, remote, run_sharded
-from swe.text import language, unit_keys
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
     from swe.build.context import BuildContext
 
-__all__ = ["Result", "VocabConfig", "count_shard", "merge_partition", "read_vocab", "read_words",
-           "select_words", "text_keys", "top_words"]
+__all__ = ["Result", "VocabConfig", "count_shard", "merge_partition", "read_vocab",
+           "select_words", "top_words"]
 
 NAME = "vocab"
 
@@ -47,6 +47,9 @@ class VocabConfig:
     on_short: str = field(default="warn", metadata={"choices": {
         "warn": "continue with the smaller vocabulary", "error": "stop"},
         "help": "what to do when fewer than size words reach min_count"})
+
+
+SECTION = Section("vocab", VocabConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,28 +127,10 @@ def read_vocab(ctx: BuildContext) -> tuple[dict[str, list[str]], dict[str, np.nd
     """``(words, counts)`` per language, as the vocab stage wrote them."""
     words, counts = {}, {}
     for lang in ctx.cfg.languages:
-        t = storage.read_parquet(ctx.work(NAME, f"{lang}.parquet"))
+        t = storage.read_parquet(vocab_url(ctx, lang))
         words[lang] = t.column("word").to_pylist()
         counts[lang] = t.column("count").to_numpy()
     return words, counts
-
-
-def text_keys(texts: list[str], lang: str,
-              teacher_dir: str | None) -> Iterator[list[str]]:
-    """Vocabulary unit keys of each text (see ``swe.text.units``)."""
-    spec = language(lang)
-    tok = storage.load_tokenizer(teacher_dir) if spec.teacher_tokens and teacher_dir else None
-    unk = _unk(tok)
-    for t in texts:
-        yield unit_keys(t, spec, tok, unk)
-
-
-def _unk(tok: object) -> str | None:
-    if tok is None:
-        return None
-    from swe.text import unk_token
-
-    return unk_token(tok)
 
 
 def partition_of(word: str, partitions: int) -> int:
@@ -197,11 +182,6 @@ def _write_counts(url: str, items: Iterable[tuple[str, int]]) -> None:
     words, counts = zip(*items, strict=True) if items else ((), ())
     storage.write_parquet(url, pa.table({"word": pa.array(list(words), pa.string()),
                                          "count": pa.array(list(counts), pa.int64())}))
-
-
-def read_words(url: str) -> list[str]:
-    """The words of a vocabulary file written by this stage."""
-    return storage.read_parquet(url, ["word"]).column("word").to_pylist()
 
 
 def top_words(items: Iterable[tuple[str, int]], size: int, min_count: int) -> list[tuple[str, int]]:
