@@ -84,6 +84,7 @@ def test_selected_sentences_are_labelled_by_the_extraction_pass(prepared, minilm
     extraction pass pooled, equal to the teacher's own; the OOV rule reaches the models."""
     import pyarrow.dataset as pds
 
+    from swe.build.runtime import load_model_bytes, prepare
     from swe.build.teacher import Teacher
 
     out, report = prepared
@@ -93,7 +94,8 @@ def test_selected_sentences_are_labelled_by_the_extraction_pass(prepared, minilm
     rows = pds.dataset(out / "work/train_data/train", format="parquet").to_table().to_pylist()
     assert len({r["src"] for r in rows}) == len(rows) == n - 50
     sample = rows[:: max(1, len(rows) // 40)]
-    want = Teacher(str(minilm)).embed([r["src"] for r in sample])
+    int8 = load_model_bytes(prepare(str(minilm), "onnx-int8"))  # the quickstart's runtime
+    want = Teacher(str(minilm), onnx=int8).embed([r["src"] for r in sample])
     np.testing.assert_allclose([r["teacher"] for r in sample], want, atol=2e-5)
     for step in ("step1", "step2", "model"):
         assert StaticModel.load(out / step).oov == "prefix"

@@ -23,12 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
-def cache(tmp_path_factory, minilm):
-    """A teacher cache holding MiniLM's onnx and onnx-int8 forms (made once per session)."""
-    root = tmp_path_factory.mktemp("teacher-cache")
+def cache(minilm):
+    """The teacher cache the builds use (``$SWE_CACHE``, default ~/.cache/swe), holding
+    MiniLM's onnx and onnx-int8 forms: the quickstart config's int8 teacher made once."""
+    from swe.build.runtime import cache_root
+
     for runtime in ("onnx", "onnx-int8"):
-        prepare(str(minilm), runtime, str(root))
-    return root
+        prepare(str(minilm), runtime)
+    return Path(cache_root())
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +171,29 @@ def test_an_int8_build_extracts_through_the_object_store(cache, tmp_path, data_d
     hashes = {rt: json.loads((tmp_path / rt / "work/extraction/_DONE.json").read_text())
               for rt in outs}
     assert hashes["torch"]["config_hash"] != hashes["onnx-int8"]["config_hash"]
+
+
+def test_the_onnx_teacher_tokenises_as_transformers_without_importing_torch(cache, minilm,
+                                                                           sentences):
+    """The ONNX teacher reads tokenizer.json through ``tokenizers`` alone: the same ids, masks,
+    types and offsets as the Hugging Face fast tokenizer (truncation at the model's maximum
+    included), and a process that runs it never imports torch (an actor starts in ~1 s)."""
+    from transformers import AutoTokenizer
+
+    from swe.build.teacher import FastTokenizer
+
+    texts = [*sentences, "", " ", "word " * 700, "Ünïcödé ñ 中文 日本語 🎉", "a\u200bb\tc"]
+    want = AutoTokenizer.from_pretrained(str(minilm), use_fast=True)(
+        texts, truncation=True, max_length=512, return_offsets_mapping=True).data
+    got = FastTokenizer(str(minilm)).encode(texts, 512, list(want))
+    assert set(got) == set(want)
+    offsets = "offset_mapping"
+    assert [list(map(tuple, r)) for r in got[offsets]] == [list(map(tuple, r))
+                                                           for r in want[offsets]]
+    assert all(got[key] == want[key] for key in want if key != offsets)
+    code = ("import sys; from swe.build.runtime import prepare, load_model_bytes; "
+            "from swe.build.teacher import Teacher, minilm_dir; p = str(minilm_dir()); "
+            "t = Teacher(p, threads=1, onnx=load_model_bytes(prepare(p, 'onnx-int8'))); "
+            "assert t.embed(['a test']).shape == (1, 384); "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, env=os.environ)

@@ -61,7 +61,7 @@ def test_warm_store_serves_everything_and_gives_the_same_model(tmp_path, corpus,
     assert result.teacher_passes == result.sentences > 0 and result.store_hits == 0
     assert result.store_bytes > 0
     [ns] = list_store(str(store))
-    assert ns["sentences"] == result.teacher_passes and ns["runtime"] == "torch"
+    assert ns["sentences"] == result.teacher_passes and ns["runtime"] == "onnx-int8"
     warm = _build(tmp_path / "warm", corpus, store)
     assert warm.teacher_passes == 0 and warm.store_hits == result.teacher_passes
     assert _digests(tmp_path / "warm" / "step1") == digests

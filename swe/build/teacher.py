@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Teacher", "TeacherSpec", "length_groups", "minilm_dir", "read_spec"]
+__all__ = ["FastTokenizer", "Teacher", "TeacherSpec", "hidden_size", "length_groups", "minilm_dir",
+           "read_spec"]
 
 
 def minilm_dir() -> Path:
@@ -81,6 +82,48 @@ def length_groups(lengths: np.ndarray, budget: int, multiple: int = 1) -> list[n
     return batches
 
 
+class FastTokenizer:
+    """A teacher's ``tokenizer.json`` through ``tokenizers`` alone, encoding as the Hugging Face
+    fast tokenizer does (its post-processor adds the special tokens; truncation counts them),
+    without importing transformers, which imports torch: an ONNX teacher actor starts in a
+    second instead of four (``tests/test_runtime.py`` checks the encodings are the same)."""
+
+    def __init__(self, path: str) -> None:
+        from swe.storage import load_tokenizer
+
+        conf = _json(os.path.join(path, "tokenizer_config.json"))
+        self.backend = load_tokenizer(path)
+        self.model_max_length = int(conf.get("model_max_length") or 512)
+        pad = conf.get("pad_token") or _json(os.path.join(path, "special_tokens_map.json")).get(
+            "pad_token")
+        pad = pad.get("content") if isinstance(pad, dict) else pad
+        self.pad_token_id = self.backend.token_to_id(pad) if pad else None
+
+    @staticmethod
+    def available(path: str) -> bool:
+        """Whether ``path`` holds a ``tokenizer.json`` (else the teacher needs transformers)."""
+        return os.path.isfile(os.path.join(path, "tokenizer.json"))
+
+    def encode(self, texts: list[str], max_length: int, names: list[str]) -> dict[str, list]:
+        """The model inputs in ``names`` (of ``input_ids``, ``token_type_ids``,
+        ``attention_mask``) and ``offset_mapping`` of each text, unpadded, truncated to
+        ``max_length`` tokens with the specials."""
+        self.backend.enable_truncation(max_length)
+        encs = self.backend.encode_batch(texts)
+        out = {"input_ids": [e.ids for e in encs], "token_type_ids": [e.type_ids for e in encs],
+               "attention_mask": [e.attention_mask for e in encs]}
+        return {**{k: v for k, v in out.items() if k in names},
+                "offset_mapping": [e.offsets for e in encs]}
+
+
+def hidden_size(path: str) -> int:
+    """The teacher's hidden size, from its ``config.json``."""
+    size = _json(os.path.join(path, "config.json")).get("hidden_size")
+    if not size:
+        raise ValueError(f"{path}/config.json names no hidden_size")
+    return int(size)
+
+
 class Teacher:
     """Runs the frozen teacher: token-level last hidden states and pooled sentence embeddings.
 
@@ -90,18 +133,21 @@ class Teacher:
     def __init__(self, path: str, device: str = "cpu", threads: int | None = None,
                  trust_remote_code: bool = False, bf16: bool | None = None,
                  onnx: bytes | None = None) -> None:
-        from transformers import AutoConfig, AutoTokenizer
-
         self.spec = read_spec(path)
         self.device = device
-        self.tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True,
-                                                       trust_remote_code=trust_remote_code)
+        if onnx is not None and FastTokenizer.available(path):
+            self.tokenizer = FastTokenizer(path)  # no transformers, so no torch, in the actor
+        else:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True,
+                                                           trust_remote_code=trust_remote_code)
         if onnx is not None:  # an ONNX Runtime form of this teacher (swe.build.runtime)
             from swe.build.runtime import session
 
             self.session, self.model, self.bf16 = session(onnx, threads, device), None, False
             self.inputs = [i.name for i in self.session.get_inputs()]
-            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+            self.dim = hidden_size(path)
         else:
             import torch
             from transformers import AutoModel
@@ -112,8 +158,7 @@ class Teacher:
             self.bf16 = device.startswith("cuda") if bf16 is None else bf16  # fp32 on CPU
             self.model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
             self.model.eval().to(device)
-            config = self.model.config
-        self.dim = int(config.hidden_size)
+            self.dim = int(self.model.config.hidden_size)
         self.max_length = min(512, int(getattr(self.tokenizer, "model_max_length", 512) or 512))
         # Pad to a multiple of 8 on GPU (tensor cores); not at all on CPU, where batches then
         # hold sentences of one length and a sentence's states do not depend on its batch.
@@ -123,8 +168,11 @@ class Teacher:
         """Token ids, masks and character offsets of each text, unpadded (prefix added;
         offsets are into the prefixed text): every text is tokenised once, ahead of the forward
         passes that :meth:`forward_batches` runs on them."""
-        return self.tokenizer([self.spec.prefix + t for t in texts], truncation=True,
-                              max_length=self.max_length, return_offsets_mapping=True).data
+        texts = [self.spec.prefix + t for t in texts]
+        if isinstance(self.tokenizer, FastTokenizer):
+            return self.tokenizer.encode(texts, self.max_length, self.inputs)
+        return self.tokenizer(texts, truncation=True, max_length=self.max_length,
+                              return_offsets_mapping=True).data
 
     def batches(self, texts: list[str], token_budget: int) -> list[np.ndarray]:
         """Indices of ``texts`` in batches for :meth:`hidden_states`: one padded length per
