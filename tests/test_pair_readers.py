@@ -30,7 +30,7 @@ from swe.build.shuffle import shuffle_key
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("ccmatrix_fixture",
-                                               ROOT / "benchmarks" / "ccmatrix_fixture.py")
+                                               ROOT / "tools" / "ccmatrix_fixture.py")
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 

@@ -26,7 +26,7 @@ SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection
 
 def _fixture_module():
     spec = importlib.util.spec_from_file_location("ccmatrix_fixture",
-                                                  ROOT / "benchmarks/ccmatrix_fixture.py")
+                                                  ROOT / "tools/ccmatrix_fixture.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

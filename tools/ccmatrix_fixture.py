@@ -6,7 +6,7 @@ alphabetical order, as both releases name them. ``--repeat K`` writes every pair
 with a new random score (for growth benchmarks; the stage's dedup collapses the repeats unless
 ``dedup = false``). ``--bench`` then times swe.build.pairs on every format in this process.
 
-    python benchmarks/ccmatrix_fixture.py --pair en-de --out DIR [--repeat K] [--seed S] [--bench]
+    python tools/ccmatrix_fixture.py --pair en-de --out DIR [--repeat K] [--seed S] [--bench]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import gzip
 import json
 import lzma
+import sys
 import time
 import zipfile
 from collections.abc import Sequence
@@ -206,20 +207,26 @@ class _timer:
                 "per_s_cpu": round(n / max(self.cpu, 1e-9))}
 
 
-def main() -> None:
-    """Write the fixture, print its counts (and the benchmark) as JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"tools/{Path(__file__).name}", description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--pair", default="en-de", help="a directory under parallel/, e.g. en-de")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--repeat", type=int, default=1, help="write every pair K times")
     p.add_argument("--seed", type=int, default=0, help="seed of the random scores")
     p.add_argument("--bench", action="store_true", help="time the readers on every format")
-    args = p.parse_args()
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the fixture, print its counts (and the benchmark) as JSON."""
+    args = parser().parse_args(argv)
     report = write_fixture(args.out, args.pair, args.repeat, args.seed)
     print(json.dumps(report))
     if args.bench:
         print(json.dumps(bench(args.out, args.pair, args.repeat, args.seed), indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Every benchmark runs: ``main(["--smoke"])`` of each script in benchmarks/, in this process and
+on the session's Ray, so a benchmark cannot rot unnoticed (a changed import, option or path)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"benchmark_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_benchmark_runs_its_smoke_mode(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the scripts find their inputs without the repository as cwd
+    env, failed, seconds = dict(os.environ), [], {}
+    for path in SCRIPTS:
+        t = time.perf_counter()
+        try:
+            rc = _load(path).main(["--smoke"])
+        except (Exception, SystemExit) as e:  # report every script, then fail
+            rc = f"{type(e).__name__}: {e}"
+        finally:
+            os.environ.clear()  # a script's thread settings must not reach the next one
+            os.environ.update(env)
+        seconds[path.name] = round(time.perf_counter() - t, 1)
+        out = capsys.readouterr().out
+        if rc not in (0, None) or not out.strip():
+            failed.append(f"{path.name}: returned {rc!r}, printed {len(out)} characters")
+    with capsys.disabled():
+        print("\nsmoke seconds:", seconds)
+    assert not failed, "\n".join(failed)
+
+
+def test_every_benchmark_has_smoke_and_a_plain_help(capsys):
+    assert len(SCRIPTS) >= 13, SCRIPTS
+    for path in SCRIPTS:
+        module = _load(path)
+        assert module.parser().parse_args(["--smoke"]).smoke, path.name
+        with pytest.raises(SystemExit) as exit_:
+            module.main(["--help"])  # prints the help and stops: runs nothing
+        assert exit_.value.code == 0, path.name
+        assert "--smoke" in capsys.readouterr().out, path.name
+    # Importing a script and building its parser is cheap: no torch, no Ray (the docs checker
+    # imports every script to check documented flags).
+    code = ("import importlib.util, sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    spec = importlib.util.spec_from_file_location('m', path)\n"
+            "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "    m.parser()\n"
+            "heavy = sorted({'torch', 'ray', 'transformers'} & set(sys.modules))\n"
+            "assert not heavy, heavy\n")
+    subprocess.run([sys.executable, "-c", code, *map(str, SCRIPTS)], check=True)
