@@ -57,7 +57,12 @@ class BuildContext:
         None with the torch runtime: actors load the model from the object store."""
         if self.runtime is None:
             return None
-        return _shipped(self.runtime["path"], self.runtime["sha256"])
+        import ray
+
+        # Keyed by the Ray session too: a reference from an earlier ray.init (another cluster
+        # in this process) names an object its owner no longer has.
+        return _shipped(self.runtime["path"], self.runtime["sha256"],
+                        ray.get_runtime_context().gcs_address)
 
     def check_lease(self) -> None:
         """Stop (``LeaseLostError``) when another run has taken this build's output over."""
@@ -108,8 +113,9 @@ class BuildContext:
 
 
 @lru_cache(maxsize=2)
-def _shipped(path: str, sha256: str) -> Any:
-    """The checked bytes of an ONNX model in Ray's object store (one copy per driver)."""
+def _shipped(path: str, sha256: str, session: str) -> Any:
+    """The checked bytes of an ONNX model in Ray's object store (one copy per driver and Ray
+    session)."""
     import ray
 
     from swe.build.runtime import load_model_bytes
