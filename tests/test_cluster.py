@@ -1,7 +1,7 @@
 """The build on a real multi-node Ray cluster on this machine (``ray.cluster_utils.Cluster``: a
 head with no CPUs and three worker nodes of two CPUs each): tasks spread over the nodes, the model
-equals the single-node model bit for bit, and a node removed in the middle of extraction does
-not change it.
+equals the single-node model (built on the first node before the others join) bit for bit, and a
+node removed in the middle of extraction does not change it.
 
 Marked ``own_ray_cluster``: conftest runs these before the session's in-process Ray starts.
 """
@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import json
 import lzma
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from procs import own_env
 
 from swe import StaticModel
 from swe.build import build, load_config
@@ -45,30 +42,25 @@ def _args(corpus: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def single_node(tmp_path_factory, corpus) -> Path:
-    """The same build with its own local Ray, in another process (the reference)."""
-    out = tmp_path_factory.mktemp("single") / "build"
-    env = own_env()
-    cmd = [sys.executable, "pipelines/build.py", "--config", "pipelines/configs/quickstart.toml",
-           "--output", str(out), *[a for s in _args(corpus) for a in ("--set", s)]]
-    subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
-    return out
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """Three two-CPU worker nodes and a head that runs nothing; this process is its driver.
-    (With one CPU per node, two half-CPU actors on two nodes leave no node a whole CPU for
-    Ray Data's read tasks once the third node is gone: a scheduling deadlock, not a build bug.)"""
+def cluster(tmp_path_factory, corpus):
+    """A head that runs nothing and one two-CPU worker node, on which the reference build runs
+    (single node); then two more such nodes join. This process is the driver. (With one CPU
+    per node, two half-CPU actors on two nodes leave no node a whole CPU for Ray Data's read
+    tasks once the third node is gone: a scheduling deadlock, not a build bug.)"""
     import ray
     from ray.cluster_utils import Cluster
     from ray.data import DataContext
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    nodes = [c.add_node(num_cpus=2, object_store_memory=200 << 20) for _ in range(3)]
+    nodes = [c.add_node(num_cpus=2, object_store_memory=200 << 20)]
     ray.init(address=c.address)
     DataContext.get_current().execution_no_progress_timeout_s = 300
-    yield c, nodes
+    single = tmp_path_factory.mktemp("single") / "build"
+    build(load_config("pipelines/configs/quickstart.toml", _args(corpus), output=str(single)))
+    assert len(_nodes(single)) == 1, "the reference build ran on more than one node"
+    nodes += [c.add_node(num_cpus=2, object_store_memory=200 << 20) for _ in range(2)]
+    c.wait_for_nodes()
+    yield c, nodes, single
     ray.shutdown()
     c.shutdown()
 
@@ -89,15 +81,16 @@ def _same_model(a: Path, b: Path) -> None:
     assert np.array_equal(ma.vectors, mb.vectors)  # exact: fixed-point sums, seeded draws
 
 
-def test_build_spreads_over_nodes_and_equals_single_node(cluster, tmp_path, corpus, single_node):
+def test_build_spreads_over_nodes_and_equals_single_node(cluster, tmp_path, corpus):
+    single_node = cluster[2]
     out = tmp_path / "build"
     build(load_config("pipelines/configs/quickstart.toml", _args(corpus), output=str(out)))
     assert len(_nodes(out)) >= 2, "every task ran on one node"
     _same_model(out, single_node)
 
 
-def test_node_removed_mid_extraction(cluster, tmp_path, corpus, single_node):
-    c, nodes = cluster
+def test_node_removed_mid_extraction(cluster, tmp_path, corpus):
+    c, nodes, single_node = cluster
     out = tmp_path / "build"
     removed: list[bool] = []
 
