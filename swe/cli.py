@@ -144,6 +144,7 @@ def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {n:9} {h}" for n, h in {**JOBS, **LOCAL}.items())
     return argparse.ArgumentParser(
         prog="swe", formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="swe [-h] COMMAND [ARGS ...]",
         description=f"static word embeddings: build, encode, evaluate, export\n\n"
                     f"commands:\n{lines}",
         epilog="example: swe build --config quickstart --output out/quickstart\n"

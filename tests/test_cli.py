@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ def test_import_is_light():
 def test_help_lists_commands(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
+    assert out.startswith("usage: swe [-h] COMMAND")
     for command in ("build", "encode", "evaluate", "export", "info"):
         assert command in out
 
@@ -35,7 +37,9 @@ def test_job_help_is_the_pipelines_parser_with_defaults(capsys):
         out = capsys.readouterr().out
         assert out.startswith(f"usage: swe {command}"), out[:80]
         assert default in out
-        assert "python pipelines/" in out  # the example from the job's docstring
+        assert f"swe {command} " in out or "python pipelines/" in out  # the docstring's example
+        # an example's line continuation renders as written, not collapsed into spaces
+        assert not re.search(r"\S {4,}--", out), out
 
 
 def test_unknown_command_exits_2(capsys):

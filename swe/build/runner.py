@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from swe.build.markers import StageDir, stage_hash
 from swe.build.tasks import duration, rate
+from swe.resources import Request, check_grantable
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
@@ -84,6 +85,10 @@ class Stage(Protocol):
     def enabled(self, cfg: BuildConfig) -> bool:
         """Whether this build runs the stage at all."""
 
+    def requests(self, cfg: BuildConfig) -> list[Request]:
+        """Optional: the actors or workers the stage starts (checked against the nodes before
+        the build's first stage runs)."""
+
     def needs(self, cfg: BuildConfig) -> tuple[str, ...]:
         """Upstream stages whose hashes chain into this one's."""
 
@@ -110,6 +115,8 @@ def build(cfg: BuildConfig, until: str | None = None,
     hashes: dict[str, str] = {}
     results: dict[str, StageResult] = {}
     try:
+        check_grantable(r for s in stages if s.enabled(cfg) and hasattr(s, "requests")
+                        for r in s.requests(cfg))
         for stage in stages:
             if stage.enabled(cfg):
                 upstream = [hashes[n] for n in stage.needs(cfg)]

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from swe.build.markers import StageDir
 from swe.raysetup import clear_status, console, get, show_status
+from swe.resources import Request, check_grantable
 
 __all__ = ["Progress", "actor_count", "duration", "rate", "run_sharded", "track", "wait_logged"]
 
@@ -147,16 +148,12 @@ def node_id() -> str:
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
 
 
-def remote(fn: Callable, memory: int, what: str, setting: str, cpus: float = 0.5) -> Any:
+def remote(fn: Callable, memory: int, what: str, fix: str, cpus: float = 0.5) -> Any:
     """``ray.remote(fn)`` reserving ``memory`` bytes per task; fails before any work when no
-    node has that much memory, naming the ``setting`` that shrinks the task."""
+    node has that much memory, saying how to shrink the task (``fix``: "lower vocab.size")."""
     import ray
 
-    largest = max((n["Resources"].get("memory", 0) for n in ray.nodes() if n.get("Alive")),
-                  default=0)
-    if largest and memory > largest:
-        raise ValueError(f"{what} needs ~{memory / 2**30:.1f} GiB per task but the largest node "
-                         f"has {largest / 2**30:.1f} GiB: raise {setting} (or use larger nodes)")
+    check_grantable([Request(what, fix, cpus=cpus, memory=memory)])
     return ray.remote(num_cpus=cpus, memory=int(memory))(fn)
 
 

@@ -225,9 +225,12 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
          dim: int) -> EncodeSummary:
     """Resume or start the run, encode, verify and publish (under the output's lease)."""
     from swe.raysetup import get, init_ray
+    from swe.resources import Request, check_grantable
 
     run, spec = _spec(model, files, opts)
     init_ray()
+    check_grantable([Request("encoder actors", "lower --cpus-per-actor or --actors",
+                             count=pool[0], cpus=pool[2])])
     start = time.perf_counter()
     done = _start_run(output, run, spec)
     cols = [opts.text_column, *([opts.id_column] if opts.id_column else []),

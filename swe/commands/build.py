@@ -1,7 +1,7 @@
 """Build a static word embedding model from a teacher and a corpus, on Ray.
 
-    python pipelines/build.py --config pipelines/configs/quickstart.toml --output out/quickstart
-    ray job submit --working-dir . -- python pipelines/build.py --config pipelines/configs/en.toml \
+    swe build --config quickstart --output out/quickstart
+    ray job submit --working-dir . -- python pipelines/build.py --config en \\
         --output s3://bucket/models/en
 
 Stages: corpus → sentences → vocab → selection → extraction → pca → train_data → refine

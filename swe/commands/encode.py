@@ -1,6 +1,6 @@
 """Bulk encoding: every row of a Parquet/JSONL/text dataset → Parquet embeddings, on Ray Data.
 
-    python pipelines/encode.py --model PATH --input PATH_OR_GLOB --output DIR \
+    swe encode --model PATH --input PATH_OR_GLOB --output DIR \\
         [--text-column text] [--id-column id] [--keep-columns a b] [--dtype float16] [--dim 128]
 
 Inputs and output may be local or s3:// (credentials and AWS_ENDPOINT_URL from the environment);

@@ -35,6 +35,7 @@ from swe.build.outputs import selected_parts, targets_url, vocab_url, vocab_word
 from swe.build.runner import Section, StageResult
 from swe.build.shuffle import partition_ids, read_files
 from swe.build.tasks import MiB, Progress, actor_count, node_id, remote, run_sharded
+from swe.resources import Request
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
@@ -118,6 +119,13 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
 def enabled(cfg: BuildConfig) -> bool:
     """Always runs."""
     return True
+
+
+def requests(cfg: BuildConfig) -> list[Request]:
+    """The teacher actors (train_data's teacher pass reuses these settings)."""
+    ex = cfg.extraction
+    return [Request("teacher actors", "lower extraction.cpus_per_actor, gpus_per_actor or actors",
+                    count=max(1, ex.actors), cpus=ex.cpus_per_actor, gpus=ex.gpus_per_actor)]
 
 
 def needs(cfg: BuildConfig) -> tuple[str, ...]:

@@ -110,7 +110,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     if cfg.pca.level != "none":
         step1 = ctx.path("step1")
         moments = get(remote(word_moments, 512 * MiB + words * 4096 * 2, "pca (words)",
-                             "vocab.size").remote(step1)) \
+                             "lower vocab.size").remote(step1)) \
             if cfg.pca.level == "word" else _sentence_moments(ctx, step1, words)
         pca = fit(moments, cfg.pca.dim, cfg.pca.abtt)
         stats = {"fitted_on": int(moments.n), "dropped_top": pca.skipped, "dim": cfg.pca.dim,
@@ -120,7 +120,8 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     if sif is not None:
         stats["sif_a"] = sif
     vocab = {lang: vocab_url(ctx, lang) for lang in cfg.languages}
-    task = remote(transform_step1, 512 * MiB + words * 4096 * 3, "pca (transform)", "vocab.size")
+    task = remote(transform_step1, 512 * MiB + words * 4096 * 3, "pca (transform)",
+                  "lower vocab.size")
     get(task.remote(ctx.path("step1"), pca, sif, vocab, ctx.provenance("step2"),
                     [ctx.path("step2"), ctx.path("model")], cfg.oov))
     return Result(**stats)

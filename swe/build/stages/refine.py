@@ -28,6 +28,7 @@ from swe.build.outputs import train_dev_urls
 from swe.build.runner import Section, StageResult
 from swe.build.trainer import load_state, train_loop
 from swe.model import StaticModel
+from swe.resources import Request
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
@@ -141,6 +142,14 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
 def enabled(cfg: BuildConfig) -> bool:
     """Only with a refinement objective."""
     return cfg.refine.objective != "none"
+
+
+def requests(cfg: BuildConfig) -> list[Request]:
+    """The Ray Train workers."""
+    r = cfg.refine
+    return [Request("refine's Ray Train workers", "lower refine.workers, cpus_per_worker or "
+                    "gpus_per_worker", count=r.workers, cpus=r.cpus_per_worker,
+                    gpus=r.gpus_per_worker)]
 
 
 def needs(cfg: BuildConfig) -> tuple[str, ...]:

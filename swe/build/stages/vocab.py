@@ -100,11 +100,11 @@ def _vocab_language(ctx: BuildContext, st: StageDir, lang: str, shards: list[dic
     out = st.path("counts", lang)
     biggest = max(s["sentences"] for s in shards)
     count = remote(count_shard, 128 * MiB + biggest * 1200, "vocab (count)",
-                   "corpus.<lang>.shard_lines")
+                   "lower corpus.<lang>.shard_lines")
     # A partition's distinct words follow the corpus's long tail, not V: a fixed reservation.
-    merge = remote(merge_partition, 1024 * MiB, "vocab (merge)", "vocab.partitions")
+    merge = remote(merge_partition, 1024 * MiB, "vocab (merge)", "raise vocab.partitions")
     select = remote(select_words, 128 * MiB + v.partitions * v.size * 120, "vocab (select)",
-                    "vocab.size")
+                    "lower vocab.size or vocab.partitions")
     run_sharded(st, [(f"{lang}-count-{k:06d}", lambda s=s, k=k: count.remote(
         s["path"], lang, ctx.teacher, v.partitions, out, k)) for k, s in enumerate(shards)])
     run_sharded(st, [(f"{lang}-merge-{p:04d}", lambda p=p: merge.remote(
