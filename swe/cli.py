@@ -1,9 +1,9 @@
-"""The ``swe`` command: ``swe build|encode|evaluate|analyze|export|info|store``.
+"""The ``swe`` command: ``swe build|encode|evaluate|analyze|export|info|reseal|store``.
 
 ``build``, ``encode``, ``evaluate`` and ``analyze`` are the jobs in ``swe.commands`` (their parser
 and ``main``); ``pipelines/*.py`` wrap the same functions for ``ray job submit``, so both take the
-same arguments. ``export``, ``info`` and ``store`` live here. Nothing heavy is imported until a
-subcommand runs: no torch, no Ray at import time.
+same arguments. ``export``, ``info``, ``reseal`` and ``store`` live here. Nothing heavy is
+imported until a subcommand runs: no torch, no Ray at import time.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ JOBS = {"build": "build a model from a config",
         "evaluate": "evaluate encoders on STS, retrieval, mining, classification",
         "analyze": "paper §5 analyses and the quality/speed plot"}
 LOCAL = {"export": "write a model as a model2vec or sentence-transformers folder",
-         "info": "print a model's dimension, vocabulary, languages, provenance, file sizes",
+         "info": "check a model's files and print its dimension, vocabulary, languages, "
+                 "provenance and file sizes",
+         "reseal": "trust a model folder as it is now: record its files' checksums again",
          "store": "list or prune a teacher-output store (extraction.store)"}
 
 
@@ -34,15 +36,22 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def info(path: str) -> dict:
-    """What ``swe info`` prints: dim, vocabulary, languages, provenance and file sizes."""
+    """What ``swe info`` prints: dim, vocabulary, languages, provenance and file sizes, after
+    loading the model (every file checked against its checksum, the config's claims against
+    the matrix)."""
     from swe import storage
-    from swe.modelfiles import CONFIG, ModelFolder
+    from swe.model import StaticModel
+    from swe.modelfiles import CONFIG, ModelFileError, ModelFolder
 
+    model = StaticModel.load(path)
     folder = ModelFolder(path)
+    for key, real in (("dim", model.dim), ("vocab_size", len(model))):
+        if folder.get(key, int) != real:
+            raise ModelFileError(f"{folder.config_path}: {key} = {folder.get(key, int)} but the "
+                                 f"model holds {real}; save the model again")
     files = dict(folder.get("files", dict, {}))
     files[CONFIG] = {"bytes": len(storage.read_bytes(storage.join(path, CONFIG)))}
-    return {"path": path, "dim": folder.get("dim", int),
-            "vocab_size": folder.get("vocab_size", int),
+    return {"path": path, "dim": model.dim, "vocab_size": len(model),
             "dtype": folder.get("dtype", str, "float32"),
             "languages": folder.get("languages", list), "lowercase": folder.get("lowercase", bool),
             "oov_tokenizer": folder.get("tokenizer", (str, type(None)), None),
@@ -77,6 +86,43 @@ def _info_main(argv: list[str]) -> int:
     for name, size in sorted(facts["files"].items()):
         print(f"{'file':14} {name}: {size:,} bytes")
     print(f"{'total':14} {facts['total_bytes']:,} bytes")
+    return 0
+
+
+def _reseal_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="swe reseal", formatter_class=HelpFormatter,
+        description=LOCAL["reseal"] + ": for a folder saved by an older swe, or a config.json "
+        "edited on purpose. A model whose files do not match their recorded checksums refuses to"
+        " load; reseal only what you trust.\n\nexample: swe reseal out/old/model")
+    p.add_argument("model", help="a saved swe model or ensemble (dir or s3:// prefix)")
+    return p
+
+
+def _reseal_main(argv: list[str]) -> int:
+    args = _reseal_parser().parse_args(argv)
+    from swe import storage
+    from swe.ensemble import ENSEMBLE
+    from swe.model import StaticModel
+    from swe.modelfiles import ModelFileError, ModelFolder, reseal
+
+    try:
+        fs, p = storage.filesystem(storage.join(args.model, ENSEMBLE))
+        if fs.exists(p):  # an ensemble: each member, then ensemble.json
+            members = ModelFolder(args.model, config_name=ENSEMBLE, verify=False).get(
+                "members", int)
+            for i in range(members):
+                reseal(storage.join(args.model, f"member_{i}"))
+            reseal(args.model, ENSEMBLE)
+        else:
+            names = reseal(args.model)
+            StaticModel.load(args.model)  # what was sealed must load
+            print(f"resealed {args.model}: config.json and {', '.join(names)}")
+            return 0
+    except (OSError, ModelFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"resealed the ensemble {args.model} and its {members} members")
     return 0
 
 
@@ -153,7 +199,8 @@ def _top_parser() -> argparse.ArgumentParser:
 
 def command_parser(command: str) -> argparse.ArgumentParser:
     """The argument parser of ``swe COMMAND`` (what ``swe COMMAND --help`` prints)."""
-    local = {"info": _info_parser, "export": _export_parser, "store": _store_parser}
+    local = {"info": _info_parser, "export": _export_parser, "store": _store_parser,
+             "reseal": _reseal_parser}
     if command in local:
         return local[command]()
     if command in JOBS:
@@ -168,12 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         _top_parser().print_help()
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command == "info":
-        return _info_main(rest)
-    if command == "export":
-        return _export_main(rest)
-    if command == "store":
-        return _store_main(rest)
+    local = {"info": _info_main, "export": _export_main, "store": _store_main,
+             "reseal": _reseal_main}
+    if command in local:
+        return local[command](rest)
     if command not in JOBS:
         _top_parser().error(f"unknown command {command!r}; choose from "
                             f"{', '.join([*JOBS, *LOCAL])}")

@@ -6,7 +6,6 @@ two ensemble vectors is the weighted mean of the members' cosines (weights aáµ¢Â
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Sequence
 
@@ -14,7 +13,7 @@ import numpy as np
 
 from swe import storage
 from swe.model import StaticModel
-from swe.modelfiles import ModelFileError, ModelFolder, invalidate
+from swe.modelfiles import ModelFileError, ModelFolder, invalidate, write_folder
 
 __all__ = ["EnsembleModel"]
 
@@ -57,13 +56,12 @@ class EnsembleModel:
         """Members under ``member_<i>/``, then the weights in ``ensemble.json`` (removed first,
         so an interrupted save leaves a folder that refuses to load)."""
         path = os.fspath(path)
-        target = storage.join(path, ENSEMBLE)
-        invalidate(target)
+        invalidate(storage.join(path, ENSEMBLE))
         for i, m in enumerate(self.models):
             m.save(storage.join(path, f"member_{i}"))
         meta = {"format": FORMAT, "format_version": 1, "members": len(self.models),
                 "weights": self.weights}
-        storage.write_bytes(target, json.dumps(meta).encode())
+        write_folder(path, {}, meta, ENSEMBLE)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> EnsembleModel:

@@ -4,12 +4,17 @@ The scheme (the same on a local dir and an ``s3://`` prefix, where a rename is n
 
 * :func:`write_folder` first deletes ``config.json`` (so the folder reads as incomplete), writes
   the data files, then writes ``config.json`` **last**, holding each file's size and SHA-256
-  under ``"files"``. A save killed at any point leaves either no ``config.json`` or the new one.
-* :func:`ModelFolder` reads ``config.json``, refuses unknown formats and versions, and checks
-  every file against its recorded size and SHA-256 before parsing it: a half-written or mixed
-  folder fails loudly, naming the file. Folders saved before checksums existed (format version
-  1, no ``"files"``) still load, unchecked. Version 3 (int8 matrices) is written only for int8
-  models, so float32/float16 folders stay readable by a swe that knows version 2.
+  under ``"files"``, and the SHA-256 of ``config.json`` itself under ``"config_sha256"`` (of
+  its canonical JSON without that key). A save killed at any point leaves either no
+  ``config.json`` or the new one.
+* :func:`ModelFolder` reads ``config.json``, checks it against its own checksum, refuses unknown
+  formats and versions, and checks every file against its recorded size and SHA-256 before
+  parsing it: a half-written, mixed or edited folder fails loudly, naming the file, whatever
+  format version it claims (so an edit cannot downgrade it to an unchecked format). A folder
+  without the checksums (saved before they existed, or edited on purpose) loads only after
+  :func:`reseal` (``swe reseal PATH``) records them for the bytes it holds now. Version 3 (int8
+  matrices) is written only for int8 models, so float32/float16 folders stay readable by a swe
+  that knows version 2.
 * Every name a ``config.json`` gives is resolved inside the folder (no absolute paths, no
   ``..``, no symlink out of it) and must be a regular file under a size limit, so a model
   someone sent you cannot read ``/etc/passwd`` or ``/dev/zero``.
@@ -27,8 +32,8 @@ from typing import Any
 from swe import storage
 
 __all__ = ["CONFIG", "FLOAT_FORMAT_VERSION", "FORMAT", "FORMAT_VERSION", "INT8_FORMAT_VERSION",
-           "MAX_FILE_BYTES", "ModelFileError", "ModelFolder", "confined", "invalidate",
-           "write_folder"]
+           "MAX_FILE_BYTES", "ModelFileError", "ModelFolder", "confined", "invalidate", "reseal",
+           "sealed", "write_folder"]
 
 FORMAT = "swe-static"
 # 3: the matrix may be int8 with scales (only int8 models are written as 3, so an older swe
@@ -47,8 +52,29 @@ class ModelFileError(ValueError):
     """A model folder that is incomplete, corrupt, or names files outside itself."""
 
 
+SEAL = "config_sha256"
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _seal_of(config: dict[str, Any]) -> str:
+    """The checksum of ``config`` without its seal (canonical JSON: sorted keys, no spaces)."""
+    body = {k: v for k, v in config.items() if k != SEAL}
+    return _sha256(json.dumps(body, sort_keys=True, ensure_ascii=False,
+                              separators=(",", ":")).encode("utf-8"))
+
+
+def sealed(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its own checksum under ``config_sha256`` (what a writer records)."""
+    return {**config, SEAL: _seal_of(config)}
+
+
+def _write_config(target: str, config: dict[str, Any], files: dict[str, bytes]) -> None:
+    config = sealed({**config, "files": {n: {"bytes": len(d), "sha256": _sha256(d)}
+                                         for n, d in files.items()}})
+    storage.write_bytes(target, json.dumps(config, indent=2, ensure_ascii=False).encode("utf-8"))
 
 
 def write_folder(path: str, files: dict[str, bytes], config: dict[str, Any],
@@ -58,9 +84,22 @@ def write_folder(path: str, files: dict[str, bytes], config: dict[str, Any],
     invalidate(target)  # from here until the new config lands, the folder is incomplete
     for name, data in files.items():
         storage.write_bytes(storage.join(path, name), data)
-    config = {**config, "files": {n: {"bytes": len(d), "sha256": _sha256(d)}
-                                  for n, d in files.items()}}
-    storage.write_bytes(target, json.dumps(config, indent=2, ensure_ascii=False).encode("utf-8"))
+    _write_config(target, config, files)
+
+
+def reseal(path: str, config_name: str = CONFIG) -> list[str]:
+    """Trust a model folder as it is now: record the sizes and checksums of the files its
+    ``config_name`` names, and the config's own checksum (for a folder saved by a swe without
+    them, or a ``config.json`` edited on purpose). The names of the files it sealed."""
+    folder = ModelFolder(path, version=FORMAT_VERSION, config_name=config_name, verify=False)
+    config = dict(folder.config)
+    names = sorted(folder.files) if isinstance(folder.files, dict) else \
+        [n for n in ("model.safetensors", "vocab.txt", config.get("tokenizer")) if n]
+    files = {n: _read_limited(confined(path, n, n), MAX_FILE_BYTES) for n in names}
+    if config.get("format_version", 1) < FLOAT_FORMAT_VERSION and config_name == CONFIG:
+        config["format_version"] = FLOAT_FORMAT_VERSION  # version 1 differs only in its checks
+    _write_config(folder.config_path, config, files)
+    return names
 
 
 def invalidate(url: str) -> None:
@@ -112,18 +151,32 @@ def _read_limited(path: str, limit: int) -> bytes:
     return data
 
 
+def _missing(path: str, config_name: str) -> str:
+    """Why a folder without its config is not a model, and where the model may be instead."""
+    inner = storage.join(path, "model")
+    try:
+        fs, p = storage.filesystem(storage.join(inner, config_name))
+        built = fs.exists(p)
+    except OSError:
+        built = False
+    if built:
+        return (f"{path} is a build folder, not a model: its model is {inner} (pass that "
+                "instead)")
+    return (f"no swe model at {path}: {config_name} is missing (was the save interrupted? save "
+            "the model again)")
+
+
 class ModelFolder:
     """A saved model's folder: its checked ``config.json`` and checksummed, confined files."""
 
     def __init__(self, path: str, fmt: str = FORMAT, version: int = FORMAT_VERSION,
-                 config_name: str = CONFIG) -> None:
+                 config_name: str = CONFIG, verify: bool = True) -> None:
         self.path = path
         self.config_path = storage.join(path, config_name)
         try:
             raw = _read_limited(self.config_path, MAX_CONFIG_BYTES)
         except FileNotFoundError:
-            raise FileNotFoundError(f"no swe model at {path}: {config_name} is missing (was the "
-                                    "save interrupted? save the model again)") from None
+            raise FileNotFoundError(_missing(path, config_name)) from None
         try:
             config = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
@@ -141,7 +194,19 @@ class ModelFolder:
                                  "upgrade swe")
         self.config = config
         self.files = config.get("files")
-        if v >= 2 and not isinstance(self.files, dict):
+        if verify:
+            self._verify()
+
+    def _verify(self) -> None:
+        """The config matches its own checksum and records every file's (any version)."""
+        fix = f"if you made that change on purpose and trust the folder: swe reseal {self.path}"
+        if SEAL not in self.config:
+            raise ModelFileError(f"{self.config_path} carries no checksum of itself (saved by an "
+                                 f"older swe, or edited): {fix}")
+        if self.config[SEAL] != _seal_of(self.config):
+            raise ModelFileError(f"{self.config_path} was changed after the save (it does not "
+                                 f"match its checksum): save the model again, or {fix}")
+        if not isinstance(self.files, dict):
             raise ModelFileError(f"{self.config_path}: 'files' (sizes and checksums) is missing;"
                                  " save the model again")
 

@@ -3,13 +3,16 @@ traceback, nothing changed outside the output. One test per case found by probin
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from swe.build import build, load_config
+from swe.cli import main as swe
 from swe.model import StaticModel
+from swe.modelfiles import ModelFileError, sealed
 from swe.resources import Request, check_grantable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,8 +39,9 @@ def test_waiting_for_an_autoscaler_can_be_chosen(monkeypatch):
 
 
 @pytest.fixture
-def tiny_model(tmp_path) -> Path:
-    StaticModel.from_vectors(["a", "b"], np.eye(2, 4, dtype=np.float32)).save(tmp_path / "m")
+def tiny_model(tmp_path, minilm) -> Path:
+    StaticModel.from_vectors(["a", "b"], np.eye(2, 4, dtype=np.float32),
+                             tokenizer=minilm).save(tmp_path / "m")
     return tmp_path / "m"
 
 
@@ -59,8 +63,75 @@ def test_encoder_actors_larger_than_any_node_are_refused_not_waited_for(
     ("refine.workers=64", "refine's Ray Train workers: 64 × 1 CPUs")])
 def test_build_actors_or_workers_no_node_can_grant_stop_before_the_first_stage(
         ray_session, tmp_path, setting, named):
-    cfg = load_config(QUICK, [setting, "refine.objective=distill", "refine.batch_size=128"], output=str(tmp_path / "out"))
+    cfg = load_config(QUICK, [setting, "refine.objective=distill", "refine.batch_size=128"],
+                      output=str(tmp_path / "out"))
     with pytest.raises(ValueError, match=named):
         build(cfg)
     assert not (tmp_path / "out" / "work" / "corpus").exists()
 
+
+
+# -- a model folder is what its save wrote, config.json included ------------------------------
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    conf = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None and key != "tokenizer":
+            conf.pop(key, None)
+        else:
+            conf[key] = value
+    (folder / "config.json").write_text(json.dumps(conf))
+
+
+@pytest.mark.parametrize("changes", [
+    {"dim": 999}, {"vocab_size": 10**12}, {"tokenizer": None}, {"lowercase": False},
+    {"format_version": 1, "files": None, "config_sha256": None}])
+def test_an_edited_config_json_refuses_to_load_whatever_version_it_claims(
+        tiny_model, changes, capsys):
+    if "files" in changes:  # the downgrade: no checksums, and two vocabulary lines swapped
+        (tiny_model / "vocab.txt").write_text("b\na\n")
+    _edit_config(tiny_model, **changes)
+    with pytest.raises(ModelFileError, match=r"config\.json (was changed after the save|carries "
+                                             r"no checksum of itself)"):
+        StaticModel.load(tiny_model)
+    assert swe(["info", str(tiny_model)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "swe reseal" in err
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_info_checks_the_files_it_reports(tiny_model, damage, capsys):
+    matrix = tiny_model / "model.safetensors"
+    if damage == "missing":
+        matrix.unlink()
+    else:
+        matrix.write_bytes(matrix.read_bytes()[:-8])
+    assert swe(["info", str(tiny_model)]) == 1
+    assert "model.safetensors" in capsys.readouterr().err
+
+
+def test_info_refuses_claims_the_matrix_contradicts(tiny_model, capsys):
+    conf = json.loads((tiny_model / "config.json").read_text())
+    conf.pop("config_sha256")
+    (tiny_model / "config.json").write_text(json.dumps(sealed({**conf, "dim": 999})))
+    assert swe(["info", str(tiny_model)]) == 1
+    assert "dim = 999 but the model holds 4" in capsys.readouterr().err
+
+
+def test_reseal_trusts_a_deliberate_edit(tiny_model, capsys):
+    _edit_config(tiny_model, provenance={"note": "edited by hand"})
+    assert swe(["info", str(tiny_model)]) == 1
+    assert swe(["reseal", str(tiny_model)]) == 0
+    assert StaticModel.load(tiny_model).provenance == {"note": "edited by hand"}
+    assert swe(["reseal", str(tiny_model.parent / "nothing")]) == 1
+    assert "config.json is missing" in capsys.readouterr().err
+
+
+def test_a_build_folder_given_as_the_model_points_to_its_model(tmp_path, tiny_model, capsys):
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    tiny_model.rename(build_dir / "model")
+    with pytest.raises(FileNotFoundError, match=rf"{build_dir} is a build folder, not a model: "
+                                                rf"its model is {build_dir}/model"):
+        StaticModel.load(build_dir)

@@ -79,11 +79,14 @@ def test_prefix_rule_falls_back_to_the_longest_character_prefix(minilm, tmp_path
 def test_model_files_without_an_oov_key_use_the_subword_rule(minilm, tmp_path):
     import json
 
+    from swe.modelfiles import reseal
+
     _model(["play"], tokenizer=minilm).save(tmp_path / "m")
     conf = json.loads((tmp_path / "m/config.json").read_text())
     assert conf["oov"] == "subword"
     del conf["oov"]  # a model saved before the key existed
     (tmp_path / "m/config.json").write_text(json.dumps(conf))
+    reseal(str(tmp_path / "m"))  # trusted as it is
     assert StaticModel.load(tmp_path / "m").tokenize("playing") == [("playing", None)]
 
 

@@ -19,7 +19,7 @@ from swe.eval.data import stsb_file
 from swe.eval.similarity import read_sts, sts
 from swe.export import export, export_arrays
 from swe.model import StaticModel, dequantize_int8, quantize_int8
-from swe.modelfiles import ModelFileError, ModelFolder
+from swe.modelfiles import ModelFileError, ModelFolder, sealed
 from swe.text import is_punctuation
 
 SCHEMES = [("float32", "row"), ("float16", "row"), ("int8", "row"), ("int8", "global")]
@@ -152,7 +152,7 @@ def _rewrite(folder, tensors: dict | None = None, **config) -> None:
         conf["files"]["model.safetensors"] = {"bytes": len(data),
                                               "sha256": hashlib.sha256(data).hexdigest()}
     conf.update(config)
-    (folder / "config.json").write_text(json.dumps(conf))
+    (folder / "config.json").write_text(json.dumps(sealed(conf)))
 
 
 @pytest.mark.parametrize("config,needle", [

@@ -19,7 +19,7 @@ from safetensors.numpy import save as st_save
 import swe.model
 from swe import StaticModel, storage
 from swe.ensemble import EnsembleModel
-from swe.modelfiles import FORMAT_VERSION, ModelFileError
+from swe.modelfiles import FORMAT_VERSION, ModelFileError, reseal, sealed
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "far"]
 HYPO = settings(max_examples=25, deadline=None,
@@ -44,14 +44,22 @@ def _v1_folder(path, model, tokenizer_name=None, config=None):
     return path
 
 
+def _load_resealed(folder):
+    """What a format-1 folder gives once its owner trusts it (``swe reseal``) and loads it."""
+    reseal(str(folder))
+    return StaticModel.load(folder)
+
+
 # -- saves: complete or refused ----------------------------------------------------------------
 
 
-def test_a_model_saved_by_the_previous_format_still_loads(tmp_path, minilm):
+def test_a_model_saved_by_the_first_format_loads_once_resealed(tmp_path, minilm):
     m = _model(tokenizer=minilm)
     folder = _v1_folder(tmp_path / "old", m, "tokenizer.json")
     (folder / "tokenizer.json").write_text(m.tokenizer.to_str())
-    loaded = StaticModel.load(folder)
+    with pytest.raises(ModelFileError, match=r"carries no checksum of itself .*: swe reseal"):
+        StaticModel.load(folder)
+    loaded = _load_resealed(folder)
     np.testing.assert_array_equal(loaded.vectors, m.vectors)
     assert loaded.words == m.words and loaded.tokenizer is not None
 
@@ -116,7 +124,8 @@ def test_interrupted_ensemble_overwrite_refuses_to_load(tmp_path, monkeypatch):
 ])
 def test_bad_ensemble_json_names_the_file(tmp_path, meta, needle):
     EnsembleModel([_model(0)]).save(tmp_path / "e")
-    (tmp_path / "e" / "ensemble.json").write_text(json.dumps({"format": "swe-ensemble", **meta}))
+    (tmp_path / "e" / "ensemble.json").write_text(json.dumps(sealed(
+        {"format": "swe-ensemble", "files": {}, **meta})))
     with pytest.raises(ModelFileError, match=needle) as e:
         EnsembleModel.load(tmp_path / "e")
     assert str(tmp_path / "e" / "ensemble.json") in str(e.value)
@@ -138,9 +147,9 @@ def test_tokenizer_outside_the_folder_is_refused(tmp_path, name, version):
         conf = json.loads((folder / "config.json").read_text())
         conf["tokenizer"] = name
         conf["files"][name] = {"bytes": 1, "sha256": "0"}
-        (folder / "config.json").write_text(json.dumps(conf))
+        (folder / "config.json").write_text(json.dumps(sealed(conf)))
     with pytest.raises(ModelFileError, match="must name a file inside the model folder"):
-        StaticModel.load(folder)
+        _load_resealed(folder) if version == 1 else StaticModel.load(folder)
 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "/etc/hostname", "outside"])
@@ -150,23 +159,23 @@ def test_a_symlink_out_of_the_folder_is_refused(tmp_path, target):
     folder = _v1_folder(tmp_path / "m", _model(), "tokenizer.json")
     os.symlink(outside if target == "outside" else target, folder / "tokenizer.json")
     with pytest.raises(ModelFileError, match="link that leads outside the model folder"):
-        StaticModel.load(folder)
+        _load_resealed(folder)
 
 
 def test_special_and_oversized_files_are_refused(tmp_path, monkeypatch, minilm):
     folder = _v1_folder(tmp_path / "m", _model(), ".")
     with pytest.raises(ModelFileError, match=r"m/\. is not a regular file"):
-        StaticModel.load(folder)  # the folder itself
+        _load_resealed(folder)  # the folder itself
     folder = _v1_folder(tmp_path / "m", _model(), "tokenizer.json")
     os.mkfifo(folder / "tokenizer.json")  # would block a reader forever
     with pytest.raises(ModelFileError, match="is not a regular file"):
-        StaticModel.load(folder)
+        _load_resealed(folder)
     os.remove(folder / "tokenizer.json")
     shutil.copy(minilm / "tokenizer.json", folder / "tokenizer.json")
     monkeypatch.setattr(swe.model, "MAX_TOKENIZER_BYTES", 1000)
     with pytest.raises(ModelFileError, match=r"tokenizer\.json is [\d,]+ bytes, over the "
                                              r"1,000-byte limit"):
-        StaticModel.load(folder)
+        _load_resealed(folder)
 
 
 # -- damaged files: one line naming the file ---------------------------------------------------
@@ -195,7 +204,7 @@ def test_damaged_v1_files_fail_in_one_line_naming_the_file(tmp_path, damage, nee
     folder = _v1_folder(tmp_path / "m", _model())
     damage(folder)
     with pytest.raises(ValueError, match=needle) as e:
-        StaticModel.load(folder)
+        _load_resealed(folder)
     assert str(folder) in str(e.value) and "\n" not in str(e.value)
 
 
@@ -213,7 +222,7 @@ def test_any_config_json_loads_or_fails_with_a_model_error(tmp_path_factory, ove
     _model().save(folder)
     conf = json.loads((folder / "config.json").read_text())
     conf.update(overrides)
-    (folder / "config.json").write_text(json.dumps(conf))
+    (folder / "config.json").write_text(json.dumps(sealed(conf)))
     try:
         StaticModel.load(folder)
     except (ModelFileError, FileNotFoundError) as e:
@@ -231,7 +240,7 @@ def test_any_dtype_and_scale_in_config_loads_or_fails_in_one_line(tmp_path_facto
     _model().save(folder, dtype=dtype, scale=scale)
     conf = json.loads((folder / "config.json").read_text())
     conf.update(overrides)
-    (folder / "config.json").write_text(json.dumps(conf))
+    (folder / "config.json").write_text(json.dumps(sealed(conf)))
     loaded = _load_or_one_line_error(folder)
     if loaded is not None:
         assert loaded.vectors.dtype == np.float32 and np.isfinite(loaded.vectors).all()
@@ -251,7 +260,7 @@ def test_any_scales_tensor_loads_or_fails_in_one_line(tmp_path_factory, scales, 
     conf = json.loads((folder / "config.json").read_text())
     conf["files"]["model.safetensors"] = {"bytes": len(data),
                                           "sha256": hashlib.sha256(data).hexdigest()}
-    (folder / "config.json").write_text(json.dumps(conf))
+    (folder / "config.json").write_text(json.dumps(sealed(conf)))
     loaded = _load_or_one_line_error(folder)
     if loaded is not None:
         assert np.isfinite(loaded.vectors).all() and len(scales) == (8 if scale == "row" else 1)
@@ -263,7 +272,7 @@ def test_any_bytes_in_a_v1_file_load_or_fail_with_a_model_error(tmp_path_factory
     folder = _v1_folder(tmp_path_factory.mktemp("bytes"), _model())
     (folder / name).write_bytes(data)
     try:
-        StaticModel.load(folder)
+        _load_resealed(folder)
     except ModelFileError as e:
         assert str(folder / name) in str(e) or str(folder) in str(e)
 
