@@ -135,3 +135,22 @@ def test_a_build_folder_given_as_the_model_points_to_its_model(tmp_path, tiny_mo
     with pytest.raises(FileNotFoundError, match=rf"{build_dir} is a build folder, not a model: "
                                                 rf"its model is {build_dir}/model"):
         StaticModel.load(build_dir)
+
+
+# -- bulk input: values that are not text -----------------------------------------------------
+
+
+def test_non_string_json_texts_are_zero_vectors_counted_and_warned_about(
+        ray_session, tmp_path, tiny_model, capsys):
+    from swe.bulk import encode_files, read_output
+
+    src = tmp_path / "in.jsonl"
+    values = ["a b", 5, True, ["a", "b"], {"x": "y"}, None, "b"]
+    src.write_text("\n".join(json.dumps({"id": i, "text": v}) for i, v in enumerate(values)))
+    summary = encode_files(str(tiny_model), [str(src)], str(tmp_path / "out"))
+    assert summary.rows == 7 and summary.non_text_values == 4 and summary.null_texts == 1
+    err = capsys.readouterr().err
+    assert "warning: 4 text values were not strings" in err and f"first is at {src}:2" in err
+    vectors = read_output(str(tmp_path / "out")).to_table().column("embedding").to_pylist()
+    norms = [float(np.linalg.norm(v)) for v in vectors]
+    assert norms[0] > 0.99 and norms[6] > 0.99 and not any(norms[1:6])

@@ -67,6 +67,7 @@ class EncodeSummary:
     parts: int
     resumed_parts: int
     null_texts: int
+    non_text_values: int  # JSON text values that were not strings: encoded as zero vectors
     empty_texts: int
     invalid_utf8_rows: int
     nodes: int
@@ -260,6 +261,7 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
     summary = EncodeSummary(
         output=output, model=model, run=run, files=len(files), rows=total, parts=len(parts),
         resumed_parts=len(done), null_texts=sum(r["nulls"] for r in order),
+        non_text_values=sum(r.get("non_text", 0) for r in order),
         empty_texts=sum(r["empty"] for r in order),
         invalid_utf8_rows=sum(r["invalid_utf8"] for r in order),
         nodes=len({r.get("node") for r in new}), dim=opts.dim or dim,
@@ -271,7 +273,13 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
                 "schema": _schema(output, parts, opts, dim), "summary": asdict(summary)}
     lease.check()  # taken over while encoding: the other run owns the output now
     layout.publish(output, run, manifest, overwrite)
-    print(f"encoded {total} rows ({summary.null_texts} null, {summary.empty_texts} empty, "
+    first = next((r["first_non_text"] for r in order if r.get("first_non_text")), "")
+    if summary.non_text_values:
+        print(f"warning: {summary.non_text_values} text values were not strings (numbers, "
+              f"booleans, lists or objects) and were encoded as zero vectors, like nulls; the "
+              f"first is at {first}", file=sys.stderr)
+    print(f"encoded {total} rows ({summary.null_texts} null, {summary.non_text_values} not "
+          f"text, {summary.empty_texts} empty, "
           f"{summary.invalid_utf8_rows} with invalid UTF-8) in {seconds:.1f}s = "
           f"{summary.rows_per_s:.0f} rows/s -> {output} ({len(parts)} parts, "
           f"{len(done)} resumed; encoded on {summary.nodes} nodes)", file=sys.stderr)

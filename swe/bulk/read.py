@@ -115,7 +115,9 @@ def plan(files: list[str], fmt: str, cols: list[str], part_rows: int) -> tuple[l
     return tasks, counts
 
 
-def _record(path: str, lineno: int, line: str, cols: list[str]) -> list:
+def _record(path: str, lineno: int, line: str, cols: list[str]) -> tuple[list, bool]:
+    """The row's values (a text that is not a string becomes ``None``, encoded like a null) and
+    whether its text was such a value."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
@@ -127,12 +129,13 @@ def _record(path: str, lineno: int, line: str, cols: list[str]) -> list:
             raise ValueError(f"{path}:{lineno}: no {c!r} field (use --text-column/--id-column/"
                              "--keep-columns)")
     text = obj[cols[0]]
-    return [text if text is None or isinstance(text, str) else str(text),
-            *(obj[c] for c in cols[1:])]
+    non_text = text is not None and not isinstance(text, str)
+    return [None if non_text else text, *(obj[c] for c in cols[1:])], non_text
 
 
-def _text_rows(path: str, fmt: str, cols: list[str]) -> Iterator[tuple[list, bool]]:
-    """``(values, invalid_utf8)`` per row of a text or JSONL file, in order."""
+def _text_rows(path: str, fmt: str, cols: list[str]) -> Iterator[tuple[list, bool, int]]:
+    """``(values, invalid_utf8, line)`` per row of a text or JSONL file, in order; ``line`` is
+    the row's line number when its JSON text value is not a string (else 0)."""
     with open_input(path) as f:
         for lineno, raw in enumerate(iter_lines(f), 1):
             if fmt == "jsonl" and not raw.strip():
@@ -142,26 +145,35 @@ def _text_rows(path: str, fmt: str, cols: list[str]) -> Iterator[tuple[list, boo
             except UnicodeDecodeError:
                 line, bad = raw.decode("utf-8", errors="replace"), True
             if fmt == "text":
-                yield [line.removesuffix("\r")], bad
+                yield [line.removesuffix("\r")], bad, 0
             else:
-                yield _record(path, lineno, line, cols), bad
+                values, non_text = _record(path, lineno, line, cols)
+                yield values, bad, lineno if non_text else 0
 
 
 def _text_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
-                 ) -> Iterator[tuple[int, pa.Table, int]]:
-    """``(chunk, table, invalid_utf8)`` of a text/JSONL file; skipped chunks are parsed (to
+                 ) -> Iterator[tuple[int, pa.Table, dict]]:
+    """``(chunk, table, counts)`` of a text/JSONL file (counts: rows with invalid UTF-8, JSON
+    text values that are not strings and the line of the first); skipped chunks are parsed (to
     keep row numbers) but not built."""
     path, fmt = desc["path"], desc["format"]
     rows: list = []
-    bad, chunk = 0, 0
-    for values, invalid in _text_rows(path, fmt, cols):
+    chunk, counts = 0, _no_counts()
+    for values, invalid, non_text in _text_rows(path, fmt, cols):
         rows.append(values)
-        bad += invalid
+        counts["invalid_utf8"] += invalid
+        if non_text:
+            counts["non_text"] += 1
+            counts["first_non_text"] = counts["first_non_text"] or f"{path}:{non_text}"
         if len(rows) == part_rows:
-            yield chunk, (None if chunk in skip else _table(rows, cols)), bad
-            rows, bad, chunk = [], 0, chunk + 1
+            yield chunk, (None if chunk in skip else _table(rows, cols)), counts
+            rows, chunk, counts = [], chunk + 1, _no_counts()
     if rows:
-        yield chunk, (None if chunk in skip else _table(rows, cols)), bad
+        yield chunk, (None if chunk in skip else _table(rows, cols)), counts
+
+
+def _no_counts() -> dict:
+    return {"invalid_utf8": 0, "non_text": 0, "first_non_text": ""}
 
 
 def _table(rows: list, cols: list[str]) -> pa.Table:
@@ -171,8 +183,8 @@ def _table(rows: list, cols: list[str]) -> pa.Table:
 
 
 def _parquet_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
-                    ) -> Iterator[tuple[int, pa.Table, int]]:
-    """``(chunk, table, 0)`` of one Parquet row group, re-cut into exactly ``part_rows`` rows."""
+                    ) -> Iterator[tuple[int, pa.Table, dict]]:
+    """``(chunk, table, counts)`` of one Parquet row group, re-cut into ``part_rows`` rows."""
     path = desc["path"]
     chunk = desc["first_chunk"]
     pending: list[pa.RecordBatch] = []
@@ -189,11 +201,11 @@ def _parquet_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
             have += rb.num_rows
             while have >= part_rows:
                 table = pa.Table.from_batches(pending)
-                yield chunk, (None if chunk in skip else table.slice(0, part_rows)), 0
+                yield chunk, (None if chunk in skip else table.slice(0, part_rows)), _no_counts()
                 rest = table.slice(part_rows)
                 pending, have, chunk = rest.to_batches(), rest.num_rows, chunk + 1
     if have:
-        yield chunk, (None if chunk in skip else pa.Table.from_batches(pending)), 0
+        yield chunk, (None if chunk in skip else pa.Table.from_batches(pending)), _no_counts()
 
 
 def read_task(batch: pa.Table, text_col: str, id_col: str | None, keep: list[str], part_rows: int,
@@ -206,22 +218,23 @@ def read_task(batch: pa.Table, text_col: str, id_col: str | None, keep: list[str
     reader = _parquet_chunks if desc["format"] == "parquet" else _text_chunks
     row = desc["row_offset"]
     with named(desc["path"]):
-        for chunk, table, bad in reader(desc, cols, part_rows, skip):
+        for chunk, table, counts in reader(desc, cols, part_rows, skip):
             n = table.num_rows if table is not None else part_rows
             if table is not None:
-                yield _chunk_row(desc, chunk, row, table, bad, cols)
+                yield _chunk_row(desc, chunk, row, table, counts, cols)
             row += n
 
 
-def _chunk_row(desc: dict, chunk: int, row: int, table: pa.Table, bad: int, cols: list[str]
-               ) -> pa.Table:
+def _chunk_row(desc: dict, chunk: int, row: int, table: pa.Table, counts: dict,
+               cols: list[str]) -> pa.Table:
     texts = table.column(cols[0]).combine_chunks()
     n = len(texts)
     lens = pa.compute.utf8_length(pa.compute.utf8_trim_whitespace(texts))
     empty = int(pa.compute.sum(pa.compute.equal(lens, 0)).as_py() or 0)
     out = {"part": [f"{desc['file_index']}-{chunk}"], "file_index": [desc["file_index"]],
-           "file": [desc["path"]], "row": [row], "rows": [n], "invalid_utf8": [bad],
-           "nulls": [texts.null_count], "empty": [empty]}
+           "file": [desc["path"]], "row": [row], "rows": [n],
+           "nulls": [texts.null_count - counts["non_text"]], "empty": [empty],
+           **{k: [v] for k, v in counts.items()}}
     for c in cols:
         values = table.column(c).combine_chunks()
         out["c:" + c] = pa.ListArray.from_arrays(pa.array(np.array([0, n], np.int32)), values)
