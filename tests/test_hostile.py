@@ -154,3 +154,27 @@ def test_non_string_json_texts_are_zero_vectors_counted_and_warned_about(
     vectors = read_output(str(tmp_path / "out")).to_table().column("embedding").to_pylist()
     norms = [float(np.linalg.norm(v)) for v in vectors]
     assert norms[0] > 0.99 and norms[6] > 0.99 and not any(norms[1:6])
+
+
+def test_a_dim_larger_than_the_model_is_refused(ray_session, tmp_path, tiny_model, capsys):
+    from swe.commands.encode import main as encode
+
+    (tmp_path / "in.txt").write_text("a b\n")
+    assert encode(["--model", str(tiny_model), "--input", str(tmp_path / "in.txt"),
+                   "--output", str(tmp_path / "out"), "--dim", "1000"]) == 2
+    assert "--dim 1000 exceeds the 4 dimensions" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_first_progress_line_measures_ten_seconds_of_encoding(ray_session, monkeypatch,
+                                                                  capsys):
+    import ray
+
+    from swe.bulk import job
+
+    clock = iter([30.0, 30.001, 41.0])  # start-up took 30 s; two parts land together
+    monkeypatch.setattr(job.time, "perf_counter", lambda: next(clock))
+    first, last, counts = [], [0.0, 0], [ray.put(2200)]
+    for rows in (100, 200, 1200):
+        job._progress(rows, first, counts, last)
+    assert capsys.readouterr().err == "1,200 rows encoded, 100 rows/s, 55% of 2,200, ETA 10s\n"

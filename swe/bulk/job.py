@@ -121,13 +121,14 @@ def _start_run(output: str, run: str, spec: dict) -> dict[str, dict]:
 
 
 def _progress(done_rows: int, first: list, counts: list, last: list) -> None:
-    """A progress line every ~10 s: rows, rows/s since the first part (start-up excluded), and
-    an ETA once the input is counted."""
+    """A progress line every ~10 s after the first part: rows, rows/s since the first part
+    (start-up excluded, so at least 10 s of encoding), and an ETA once the input is counted."""
     import ray
 
     now = time.perf_counter()
     if not first:
         first.extend([now, done_rows])
+        last[0] = now  # the first line comes 10 s after the first part, not after the start
         return
     if now - last[0] < 10:
         return
@@ -215,6 +216,9 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     files = expand_inputs(inputs)
     _validate(opts, files, actors, max_actors)
     dim = StaticModel.load(model).dim  # fail fast on a bad model path
+    if opts.dim is not None and opts.dim > dim:
+        raise ValueError(f"--dim {opts.dim} exceeds the {dim} dimensions of the model at "
+                         f"{model}; use --dim {dim} or less")
     layout.check_target(output, model, inputs, files, overwrite)
     with Lease(output, purpose=f"encode with {model}") as lease:  # one writer per output
         return _run(model, files, output, opts, (actors, max_actors, cpus_per_actor),
