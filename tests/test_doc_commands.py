@@ -186,3 +186,12 @@ def test_the_checker_catches_a_bad_flag_a_bad_key_and_a_missing_file():
 def test_documented_command(where, cmd, whole):
     problem = _problem(cmd, whole)
     assert problem is None, f"{where}\n  -> {problem}"
+
+
+def test_the_readme_indexes_every_doc_and_no_doc_cites_an_issue():
+    readme = (ROOT / "README.md").read_text()
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{doc.name})" in readme, f"README.md does not link docs/{doc.name}"
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        assert not re.search(r"\bissues? ?#?\d|\bthe issue\b", text, re.I), doc.name

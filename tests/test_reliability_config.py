@@ -67,7 +67,7 @@ def test_every_field_is_declared_with_a_meaning_and_its_default_is_valid():
     ("vocab=1", "[vocab] must be a table"),
     ("refine.objective.x=1", "refine.objective = {'x': 1} should be str"),
 ])
-def test_the_issue_nonsense_is_refused_naming_the_key(item, needle):
+def test_nonsense_values_are_refused_naming_the_key(item, needle):
     with pytest.raises(ConfigError) as e:
         load_config(QUICK, [item], output="o", check_paths=False)
     assert needle in str(e.value), str(e.value)
