@@ -84,14 +84,33 @@ def clean(text: str) -> str:
     return text
 
 
+SPLIT_PIECE = 65_536  # characters handed to the sentence splitter at once (see split_sentences)
+
+
 def split_sentences(text: str) -> list[str]:
-    """Split text into sentences, line by line; blank lines and surrounding space dropped."""
+    """Split text into sentences, line by line; blank lines and surrounding space dropped.
+
+    A line longer than :data:`SPLIT_PIECE` characters is split a piece at a time, cut at
+    whitespace (a sentence across a cut becomes two), so memory stays bounded on a 50 MB line.
+    """
     out: list[str] = []
     for line in clean(text).splitlines():
-        line = line.strip()
-        if line:
-            out.extend(s for s in blingfire.text_to_sentences(line).split("\n") if s.strip())
+        for piece in _pieces(line.strip(), SPLIT_PIECE):
+            out.extend(s for s in blingfire.text_to_sentences(piece).split("\n") if s.strip())
     return out
+
+
+def _pieces(line: str, size: int) -> list[str]:
+    """``line`` cut into pieces of about ``size`` characters at whitespace (a piece without any
+    is cut at ``size``); empty pieces left out."""
+    pieces, start = [], 0
+    while len(line) - start > size:
+        cut = line.rfind(" ", start + size // 2, start + size)
+        cut = start + size if cut < 0 else cut
+        pieces.append(line[start:cut])
+        start = cut
+    pieces.append(line[start:])
+    return [p for p in (p.strip() for p in pieces) if p]
 
 
 _text_to_words = blingfire.blingfire.TextToWords  # the C function behind text_to_words

@@ -178,3 +178,46 @@ def test_the_first_progress_line_measures_ten_seconds_of_encoding(ray_session, m
     for rows in (100, 200, 1200):
         job._progress(rows, first, counts, last)
     assert capsys.readouterr().err == "1,200 rows encoded, 100 rows/s, 55% of 2,200, ETA 10s\n"
+
+
+# -- one huge line: bounded memory in every stage that reads raw text --------------------------
+
+
+def test_a_huge_line_is_split_a_piece_at_a_time():
+    from swe.text import SPLIT_PIECE, _pieces, split_sentences
+
+    line = "The cat sat on the mat. " * (3 * SPLIT_PIECE // 24)
+    pieces = _pieces(line, SPLIT_PIECE)
+    assert len(pieces) >= 3 and all(len(p) <= SPLIT_PIECE for p in pieces)
+    assert " ".join(pieces).split() == line.split()
+    sentences = split_sentences(line)
+    assert len(sentences) >= line.count(".") - len(pieces) and set(sentences) >= {"The cat sat "
+                                                                                   "on the mat."}
+    assert _pieces("x" * (2 * SPLIT_PIECE + 5), SPLIT_PIECE) == ["x" * SPLIT_PIECE] * 2 + ["xxxxx"]
+
+
+def test_a_line_too_long_for_the_window_is_dropped_before_tokenising(tmp_path, minilm,
+                                                                       monkeypatch):
+    import pyarrow as pa
+
+    from swe import storage
+    from swe.build.stages import sentences
+
+    huge = "word " * 400_000  # 2 MB, far beyond 128 tokens × 50 characters
+    storage.write_parquet(str(tmp_path / "in.parquet"),
+                          pa.table({"text": [huge, "a short sentence of five words"]}))
+    seen = []
+    real = storage.load_tokenizer
+
+    def spy(path):
+        tok = real(path)
+        encode = tok.encode_batch
+        monkeypatch.setattr(tok, "encode_batch", lambda texts, **kw: seen.extend(texts) or
+                            encode(texts, **kw), raising=False)
+        return tok
+
+    monkeypatch.setattr(storage, "load_tokenizer", spy)
+    out = sentences.sentence_shard(str(tmp_path / "in.parquet"), str(tmp_path / "out.parquet"),
+                                   0, str(minilm), False, 3, 128)
+    assert out["sentences"] == 1 and out["dropped_by_length"] == 1
+    assert max(map(len, seen)) < 100

@@ -111,6 +111,12 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
                   sentences_per_s=round(total / max(time.perf_counter() - t, 1e-9)))
 
 
+# A sentence longer than max_tokens × this many characters cannot be in the length window (no
+# real text averages 50 characters per teacher token); it is dropped before tokenising.
+MAX_CHARS_PER_TOKEN = 50
+TOKENIZE_BATCH = 8192
+
+
 def sentence_shard(src: str, dst: str, shard_id: int, teacher_dir: str, split: bool,
                    min_tokens: int, max_tokens: int) -> dict:
     """Split a line shard into sentences, count teacher tokens, keep the length window.
@@ -122,9 +128,17 @@ def sentence_shard(src: str, dst: str, shard_id: int, teacher_dir: str, split: b
     sents: list[str] = []
     for line in lines:
         sents.extend(split_sentences(line) if split else [line])
+    # Longer than any sentence of max_tokens tokens can be: dropped without tokenising (the
+    # tokenizer holds ~130 bytes per character: a 50 MB line would take 6.6 GB).
+    fits = np.fromiter((len(t) <= max_tokens * MAX_CHARS_PER_TOKEN for t in sents), dtype=bool,
+                       count=len(sents))
     tok = storage.load_tokenizer(teacher_dir)
-    ntok = np.fromiter((len(e.ids) for e in tok.encode_batch(sents, add_special_tokens=False)),
-                       dtype=np.int32, count=len(sents))
+    ntok = np.full(len(sents), max_tokens + 1, dtype=np.int32)
+    todo = np.flatnonzero(fits)
+    for a in range(0, len(todo), TOKENIZE_BATCH):  # a tokenizer Encoding holds ~KBs: in batches
+        ids = todo[a : a + TOKENIZE_BATCH]
+        ntok[ids] = [len(e.ids) for e in tok.encode_batch([sents[i] for i in ids],
+                                                          add_special_tokens=False)]
     keep = (ntok >= min_tokens) & (ntok <= max_tokens)
     idx = np.flatnonzero(keep)
     sid = (np.int64(shard_id) << 32) + np.arange(len(idx), dtype=np.int64)
