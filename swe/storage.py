@@ -117,6 +117,16 @@ def find(url: str) -> list[str]:
     return sorted(proto + p for p in fs.find(path))
 
 
+def file_sizes(url: str) -> dict[str, int]:
+    """Every file under ``url`` (recursively) by its path relative to ``url``, with its size."""
+    fs, path = filesystem(url)
+    if not fs.exists(path):
+        return {}
+    root = path.rstrip("/") + "/"
+    return {p.removeprefix(root): int(info.get("size") or 0)
+            for p, info in fs.find(path, detail=True).items()}
+
+
 def access_hint(url: str) -> str:
     """What to check when ``url`` cannot be read or written."""
     if is_local(url):

@@ -221,3 +221,31 @@ def test_a_line_too_long_for_the_window_is_dropped_before_tokenising(tmp_path, m
                                    0, str(minilm), False, 3, 128)
     assert out["sentences"] == 1 and out["dropped_by_length"] == 1
     assert max(map(len, seen)) < 100
+
+
+# -- resume: a finished stage's files are checked, a damaged one is redone ----------------------
+
+
+def test_a_damaged_work_file_of_a_finished_stage_is_redone_not_trusted(
+        ray_session, tmp_path, data_dir, caplog):
+    import lzma
+
+    from tests.test_build import SMALL
+
+    corpus = tmp_path / "en.txt"
+    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.03.txt.xz", "rt") as f:
+        corpus.write_text("".join(next(f) for _ in range(2400)))
+    cfg = load_config(QUICK, [*SMALL, f"corpus.en.paths=['{corpus}']"],
+                      output=str(tmp_path / "out"))
+    first = build(cfg, until="vocab")
+    shard = sorted((tmp_path / "out/work/sentences").rglob("*.parquet"))[0]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    caplog.clear()
+    again = build(cfg, until="vocab")
+    assert f"its work file {shard} changed" in caplog.text and "redoing the stage" in caplog.text
+    assert again["sentences"].sentences == first["sentences"].sentences
+    assert again["vocab"].sizes == first["vocab"].sizes
+    shard.unlink()  # a missing file: the same
+    caplog.clear()
+    build(cfg, until="sentences")
+    assert f"its work file {shard} is missing" in caplog.text and shard.exists()

@@ -73,16 +73,39 @@ class StageDir:
         return _read_marker(self.path("_DONE.json"))
 
     def done_stats(self) -> dict | None:
-        """The recorded result when the stage completed with this exact config, else ``None``."""
+        """The recorded result when the stage completed with this exact config and its files
+        are still the sizes recorded then, else ``None``. A finished stage with a file missing
+        or changed is cleared (logged), so it is redone, never trusted."""
         marker = self.marker()
         if marker is None or marker.get("config_hash") != self.config_hash:
             return None
+        damage = self._damage(marker.get("files"))
+        if damage:
+            log.warning("[%s] %s since the stage finished: redoing the stage", self.name, damage)
+            storage.remove_tree(self.dir)
+            return None
         return marker.get("stats", {})
 
+    def _damage(self, recorded: Any) -> str:
+        """What differs between the stage's files now and ``recorded`` (``{}``: a marker
+        written before file sizes were recorded, trusted as before)."""
+        if not isinstance(recorded, dict):
+            return ""
+        now = storage.file_sizes(self.dir)
+        for name, size in recorded.items():
+            if name not in now:
+                return f"its work file {self.path(name)} is missing"
+            if now[name] != size:
+                return (f"its work file {self.path(name)} changed ({now[name]:,} bytes, "
+                        f"{size:,} when written)")
+        return ""
+
     def write_marker(self, stats: dict) -> None:
-        """Mark the stage complete with ``stats`` (its result)."""
+        """Mark the stage complete with ``stats`` (its result) and the size of every file under
+        its directory (checked when the stage is reused)."""
+        files = {n: s for n, s in storage.file_sizes(self.dir).items() if n != "_DONE.json"}
         storage.write_bytes(self.path("_DONE.json"), json.dumps(
-            {"config_hash": self.config_hash, "stats": stats}, indent=2).encode())
+            {"config_hash": self.config_hash, "stats": stats, "files": files}, indent=2).encode())
 
     def warn(self, message: str) -> None:
         """Log a warning and record it under ``warnings`` in the stage's ``_DONE.json``."""
