@@ -253,16 +253,17 @@ def _split_compression(path: str) -> tuple[str, str | None]:
     return path, None
 
 
-def input_format(path: str, fmt: str = "auto") -> tuple[str, str | None]:
-    """``(format, compression)`` of an input file; ``fmt`` overrides the extension."""
+def input_format(path: str, fmt: str = "auto", flag: str = "--format") -> tuple[str, str | None]:
+    """``(format, compression)`` of an input file; ``fmt`` overrides the extension. ``flag``:
+    how the user sets it (the encoder's ``--format``, a build's ``corpus.<lang>.format``)."""
     stem, comp = _split_compression(path)
     if fmt != "auto":
         if fmt not in ("parquet", "jsonl", "text"):
-            raise ValueError(f"unknown --format {fmt!r}; use auto, parquet, jsonl or text")
+            raise ValueError(f"unknown {flag} {fmt!r}; use auto, parquet, jsonl or text")
         return fmt, comp
     ext = os.path.splitext(stem)[1].lower()
     if ext not in _FORMATS:
-        raise ValueError(f"cannot tell the format of {path} from its extension; pass --format "
+        raise ValueError(f"cannot tell the format of {path} from its extension; set {flag} to "
                          "parquet, jsonl or text")
     return _FORMATS[ext], comp
 

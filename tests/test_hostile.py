@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from swe.build import build, load_config
@@ -249,3 +251,71 @@ def test_a_damaged_work_file_of_a_finished_stage_is_redone_not_trusted(
     caplog.clear()
     build(cfg, until="sentences")
     assert f"its work file {shard} is missing" in caplog.text and shard.exists()
+
+
+# -- build corpus files: one line naming the file (and line) and the setting -------------------
+
+
+def _jsonl(path: Path, records: list) -> None:
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+
+
+@pytest.mark.parametrize("name, make, needle", [
+    ("bad.jsonl", lambda p: _jsonl(p, [{"text": "fine"}] * 20 + ['{"text": "broken']),
+     r"bad\.jsonl:21: not valid JSON"),
+    ("list.jsonl", lambda p: _jsonl(p, [{"text": "fine"}, [1, 2]]),
+     r"list\.jsonl:2: a JSON list, not an object with a 'text' field"),
+    ("field.jsonl", lambda p: _jsonl(p, [{"body": "fine"}]),
+     r"field\.jsonl:1: no 'text' field \(it has 'body'\); set corpus\.<lang>\.text_column"),
+    ("nocol.parquet", lambda p: pq.write_table(pa.table({"body": ["x"]}), p),
+     r"nocol\.parquet: no column 'text' \(it has body\)"),
+    ("int.parquet", lambda p: pq.write_table(pa.table({"text": [1, 2]}), p),
+     r"int\.parquet: column 'text' is int64, not text"),
+    ("cut.parquet", lambda p: pq.write_table(pa.table({"text": ["a"] * 100}), p) or
+     p.write_bytes(p.read_bytes()[:-30]), r"cut\.parquet: .*re-create or re-download it"),
+])
+def test_bad_corpus_files_name_the_file_line_and_setting(tmp_path, name, make, needle):
+    from swe.build.stages.corpus import shard_file
+
+    make(tmp_path / name)
+    with pytest.raises(ValueError, match=needle):
+        shard_file(str(tmp_path / name), "auto", "text", str(tmp_path / "shard"), 0, 100)
+
+
+def test_non_string_corpus_texts_are_skipped_counted_and_named(tmp_path):
+    from swe.build.stages.corpus import shard_file
+
+    _jsonl(tmp_path / "c.jsonl", [{"text": "one"}, {"text": 5}, {"text": ["a"]}, {"text": None},
+                                  {"text": "two"}])
+    stats = shard_file(str(tmp_path / "c.jsonl"), "auto", "text", str(tmp_path / "s"), 0, 100)
+    assert stats["lines"] == 2 and stats["non_text"] == 2
+    assert stats["first_non_text"] == f"{tmp_path / 'c.jsonl'}:2"
+
+
+def test_a_corpus_file_of_unknown_format_is_refused_naming_the_build_setting(tmp_path):
+    from swe.build.config import ConfigError
+
+    (tmp_path / "unknown.dat").write_text("text\n")
+    with pytest.raises(ConfigError, match=r"unknown\.dat from its extension; set "
+                                          r"corpus\.en\.format to parquet, jsonl or text"):
+        load_config(QUICK, [f"corpus.en.paths=['{tmp_path / 'unknown.dat'}']"],
+                    output=str(tmp_path / "out"))
+
+
+# -- config files that are not TOML text ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe" * 10), "is not UTF-8 text"),
+    (lambda p: p.write_bytes('name = "x"\n'.encode("utf-16")), "is not UTF-8 text"),
+    (lambda p: p.mkdir(), "is a directory; name a TOML file in it"),
+    (lambda p: p.write_bytes(b'name = "a\x00b"\n'), "is not valid TOML"),
+])
+def test_a_config_that_is_not_toml_text_is_one_line(tmp_path, make, needle, capsys):
+    from swe.commands.build import main as build_main
+
+    make(tmp_path / "cfg.toml")
+    assert build_main(["--config", str(tmp_path / "cfg.toml"), "--output",
+                       str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and not (tmp_path / "out").exists()

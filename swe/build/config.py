@@ -184,6 +184,13 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
             raise ConfigError(f"config file not found: {path} (a TOML file, or one of the "
                               f"configs that ship with swe: {', '.join(shipped_configs())})"
                               ) from None
+        except IsADirectoryError:
+            raise ConfigError(f"--config {path} is a directory; name a TOML file in it") from None
+        except PermissionError as e:
+            raise ConfigError(f"cannot read the config {path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}: a binary or UTF-16 "
+                              "file?); save the config as UTF-8 TOML") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
     for item in overrides:

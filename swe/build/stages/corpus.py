@@ -83,6 +83,23 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
             errors.append(f"[corpus.{lang}] given but {lang!r} is not in languages")
         if check_paths:
             check_readable(c.paths, f"corpus.{lang}", errors)
+            _check_formats(c, lang, errors)
+
+
+def _check_formats(c: CorpusConfig, lang: str, errors: list[str]) -> None:
+    """An error for each corpus file whose format can't be told (before any task starts)."""
+    try:
+        files = storage.expand_inputs(c.paths)
+    except OSError:
+        return  # check_readable said why
+    for path in files:
+        fmt, _ = tsv_column(path, c.format, c.text_column, lang)
+        if fmt != "tsv":
+            try:
+                input_format(path, fmt, f"corpus.{lang}.format")
+            except ValueError as e:
+                errors.append(str(e))
+                return
 
 
 def enabled(cfg: BuildConfig) -> bool:
@@ -145,6 +162,10 @@ def _warn_about(st: StageDir, r: dict, policy: str, lang: str) -> None:
     """Warn (log and ``_DONE.json``) about an empty input file and lines that were not UTF-8."""
     if not r["lines"]:
         st.warn(f"{r['path']}: no non-blank lines (empty file?)")
+    if r.get("non_text"):
+        st.warn(f"{r['path']}: {r['non_text']} JSON text value(s) were not strings (numbers, "
+                f"booleans, lists or objects), skipped like nulls; the first is at "
+                f"{r['first_non_text']}")
     if r["invalid_utf8_lines"]:
         st.warn(f"{r['path']}: {r['invalid_utf8_lines']} line(s) not valid UTF-8, "
                 f"{'skipped' if policy == 'skip' else 'decoded with U+FFFD'} "
@@ -181,6 +202,9 @@ def _lines(path: str, fmt: str, text_column: str, stats: dict,
                          "it, or leave it out of [corpus] paths") from None
     except (PermissionError, FileNotFoundError) as e:
         raise type(e)(f"cannot read {path} ({e}): {storage.access_hint(path)}") from None
+    except pa.ArrowException as e:  # not Parquet, cut short, or a column that is not text
+        raise ValueError(f"{path}: {str(e).splitlines()[0]}; re-create or re-download it, or "
+                         "leave it out of [corpus] paths") from None
 
 
 def _file_lines(path: str, fmt: str, text_column: str, stats: dict,
@@ -188,7 +212,9 @@ def _file_lines(path: str, fmt: str, text_column: str, stats: dict,
     """The lines of :func:`_lines`, errors as raised."""
     if fmt == "parquet":
         with open_input(path) as f:
-            for rb in pq.ParquetFile(f).iter_batches(columns=[text_column], batch_size=8192):
+            pf = pq.ParquetFile(f)
+            _check_text_column(path, pf.schema_arrow, text_column)
+            for rb in pf.iter_batches(columns=[text_column], batch_size=8192):
                 for t in rb.column(0).to_pylist():
                     if t and t.strip():
                         yield t.strip()
@@ -212,10 +238,43 @@ def _file_lines(path: str, fmt: str, text_column: str, stats: dict,
             if fmt == "jsonl":
                 if not line.strip():
                     continue
-                line = json.loads(line).get(text_column) or ""
+                line = _json_text(line, path, stats, text_column)
             line = line.strip()
             if line:
                 yield line
+
+
+def _check_text_column(path: str, schema: pa.Schema, column: str) -> None:
+    if column not in schema.names:
+        raise ValueError(f"{path}: no column {column!r} (it has {', '.join(schema.names)}); set "
+                         "corpus.<lang>.text_column")
+    kind = schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise ValueError(f"{path}: column {column!r} is {kind}, not text; set "
+                         "corpus.<lang>.text_column to a text column")
+
+
+def _json_text(line: str, path: str, stats: dict, column: str) -> str:
+    """The text of one JSONL record ("" for a null; a value that is not a string is counted in
+    ``stats`` and skipped like a null); a record that is not an object with ``column`` is an
+    error naming the file and line."""
+    where = f"{path}:{stats['read']}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not valid JSON ({e.msg}); fix the line or the file") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: a JSON {type(obj).__name__}, not an object with a "
+                         f"{column!r} field")
+    if column not in obj:
+        raise ValueError(f"{where}: no {column!r} field (it has {', '.join(map(repr, obj))}); "
+                         "set corpus.<lang>.text_column")
+    text = obj[column]
+    if text is not None and not isinstance(text, str):
+        stats["non_text"] += 1
+        stats["first_non_text"] = stats["first_non_text"] or where
+        return ""
+    return text or ""
 
 
 def tsv_column(path: str, fmt: str, text_column: str, lang: str) -> tuple[str, str]:
@@ -232,8 +291,9 @@ def shard_file(path: str, fmt: str, text_column: str, out_prefix: str, max_lines
 
     A truncated/corrupt compressed file raises ``ValueError`` and a storage error
     ``PermissionError``/``FileNotFoundError``, each naming ``path``."""
-    fmt = "tsv" if fmt == "tsv" else input_format(path, fmt)[0]
-    stats = {"path": path, "invalid_utf8_lines": 0, "read": 0, "lines": 0, "shards": []}
+    fmt = "tsv" if fmt == "tsv" else input_format(path, fmt, "corpus.<lang>.format")[0]
+    stats = {"path": path, "invalid_utf8_lines": 0, "read": 0, "lines": 0, "shards": [],
+             "non_text": 0, "first_non_text": ""}
     buf: list[str] = []
 
     def flush() -> None:
