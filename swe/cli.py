@@ -13,6 +13,8 @@ import importlib
 import json
 import sys
 
+from swe.commands import object_store_failure
+
 __all__ = ["HelpFormatter", "command_parser", "info", "main"]
 
 JOBS = {"build": "build a model from a config",
@@ -77,6 +79,8 @@ def _info_main(argv: list[str]) -> int:
     except (OSError, ModelFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # an object store's own errors; others re-raised
+        return object_store_failure(e, [args.model])
     if args.json:
         print(json.dumps(facts, indent=2, ensure_ascii=False))
         return 0
@@ -122,6 +126,8 @@ def _reseal_main(argv: list[str]) -> int:
     except (OSError, ModelFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:
+        return object_store_failure(e, [args.model])
     print(f"resealed the ensemble {args.model} and its {members} members")
     return 0
 
@@ -149,6 +155,8 @@ def _export_main(argv: list[str]) -> int:
     except (OSError, ValueError, ExportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:
+        return object_store_failure(e, [args.model, args.out])
     print(f"wrote {args.to} model to {written}")
     return 0
 
@@ -177,6 +185,8 @@ def _store_main(argv: list[str]) -> int:
     except (OSError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:
+        return object_store_failure(e, [args.store])
     for ns in found:
         print(f"{'removed ' if args.action == 'prune' else ''}{ns['namespace']}  teacher "
               f"{ns['teacher_sha256'][:12]}  {ns['runtime']:9}  {ns['sentences']:,} sentences  "

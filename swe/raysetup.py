@@ -51,6 +51,8 @@ def configure_console(verbose: bool = False) -> None:
     handler.setFormatter(_ConsoleFormatter("%(asctime)s %(message)s", "%H:%M:%S"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     logging.getLogger("swe").setLevel(logging.DEBUG if verbose else logging.INFO)
+    for name in ("botocore", "aiobotocore", "s3fs", "fsspec"):  # "Found credentials in ..."
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     if not verbose:
         _filter_stderr(HARMLESS)
     if "ray.data" in sys.modules:  # Ray already up (a test calling a job's main())

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
@@ -133,6 +134,34 @@ def access_hint(url: str) -> str:
         return "check the path and its directory's permissions"
     return ("check the bucket name and the credentials in the environment (AWS_ACCESS_KEY_ID, "
             "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL) and their rights on that path")
+
+
+def object_store_error(e: BaseException, urls: Iterable[str] = ()) -> str | None:
+    """One line for an object-store failure that botocore raises as itself (no credentials, an
+    unreachable endpoint), naming the bucket and what to set; ``None`` for any other error.
+    ``urls``: the job's paths, to name the bucket when the error does not."""
+    seen: BaseException | None = e
+    while seen is not None and type(seen).__name__ not in _BOTO_ERRORS:
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return None
+    text = str(seen)
+    found = re.search(r'endpoint URL: "(\w+://[^/"]+)/?([^/?"]*)', text)
+    buckets = sorted({u.split("://", 1)[1].split("/", 1)[0] for u in map(str, urls)
+                      if "://" in u and not u.startswith("file://")})
+    bucket = (found and found.group(2)) or ", ".join(buckets) or "?"
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if type(seen).__name__ == "NoCredentialsError":
+        return (f"no credentials for the object store (bucket {bucket}): set AWS_ACCESS_KEY_ID "
+                "and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment")
+    where = found.group(1) if found else endpoint or "the default AWS endpoint"
+    setting = f"AWS_ENDPOINT_URL is {endpoint}" if endpoint else "AWS_ENDPOINT_URL is not set"
+    return (f"cannot reach the object store at {where} (bucket {bucket}): {setting}; check it "
+            "and the network")
+
+
+_BOTO_ERRORS = {"NoCredentialsError", "EndpointConnectionError", "ConnectTimeoutError",
+                "ConnectionClosedError", "ReadTimeoutError"}
 
 
 @contextmanager

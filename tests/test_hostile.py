@@ -319,3 +319,42 @@ def test_a_config_that_is_not_toml_text_is_one_line(tmp_path, make, needle, caps
                        str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+# -- object storage: no credentials, an endpoint nobody answers ----------------------------------
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_ENDPOINT_URL":
+      "http://127.0.0.1:9"}, "cannot reach the object store at http://127.0.0.1:9 (bucket "
+                             "nobucket): AWS_ENDPOINT_URL is http://127.0.0.1:9"),
+    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"},
+     "no credentials for the object store (bucket nobucket): set AWS_ACCESS_KEY_ID"),
+])
+@pytest.mark.parametrize("command", ["info", "encode"])
+def test_object_store_failures_are_one_line_naming_the_bucket(tmp_path, monkeypatch, env,
+                                                              needle, command, capsys):
+    from swe.commands.encode import main as encode
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    import fsspec
+
+    fsspec.filesystem("s3").clear_instance_cache()  # none made with the session's settings
+    try:
+        if command == "info":
+            status = swe(["info", "s3://nobucket/prefix/model"])
+        else:
+            (tmp_path / "in.txt").write_text("a\n")
+            status = encode(["--model", "s3://nobucket/prefix/model", "--input",
+                             str(tmp_path / "in.txt"), "--output", str(tmp_path / "out")])
+    finally:
+        fsspec.filesystem("s3").clear_instance_cache()  # nor kept with these
+    err = capsys.readouterr().err
+    assert status == 1 and needle in err and "Traceback" not in err, err

@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
     configure_console(verbose=args.verbose)
     from swe.bulk import EncodeOptions, encode_files
+    from swe.commands import object_store_failure
 
     opts = EncodeOptions(text_column=args.text_column, id_column=args.id_column,
                          keep_columns=tuple(args.keep_columns), dtype=args.dtype, dim=args.dim,
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except (OSError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # an object store's own errors; others re-raised
+        return object_store_failure(e, [args.model, args.output, *args.input])
     print(json.dumps(asdict(summary)))
     return 0
 
