@@ -96,8 +96,8 @@ def clear_status() -> None:
 
 
 def _quiet_ray_data() -> None:
-    """Ray Data without progress output or INFO lines on the console unless verbose (its
-    ``logs/ray-data.log`` keeps everything)."""
+    """Ray Data without progress output, INFO lines or its copies of task errors on the console
+    unless verbose (its ``logs/ray-data.log`` keeps everything)."""
     if _CONSOLE["verbose"]:
         return
     import ray.data
@@ -109,9 +109,12 @@ def _quiet_ray_data() -> None:
     # than it requested, which a stage's memory check already covers); -v shows them.
     context.issue_detectors_config.detectors = []
     log_once("ray_data_progress_manager_disabled")  # its "Progress bars disabled" hint: said
+    # A failed task's error reaches the job, which prints it as one `error:` line (or raises
+    # it when it is not a user's mistake); Ray Data's own copy of it, ~130 lines of traceback,
+    # stays in its log file.
     for handler in logging.getLogger("ray.data").handlers:
         if handler.name == "console":
-            handler.setLevel(logging.WARNING)
+            handler.setLevel(logging.CRITICAL)
 
 
 def _filter_stderr(drop: tuple[bytes, ...]) -> None:

@@ -358,3 +358,35 @@ def test_object_store_failures_are_one_line_naming_the_bucket(tmp_path, monkeypa
         fsspec.filesystem("s3").clear_instance_cache()  # nor kept with these
     err = capsys.readouterr().err
     assert status == 1 and needle in err and "Traceback" not in err, err
+
+
+def test_a_bad_line_in_bulk_input_is_one_error_line_without_ray_data_tracebacks(
+        ray_session, tmp_path, tiny_model, capfd):
+    from swe.commands.encode import main as encode
+
+    (tmp_path / "bad.jsonl").write_text('{"text": "a b"}\n' * 10 + '{"text": broken\n')
+    assert encode(["--model", str(tiny_model), "--input", str(tmp_path / "bad.jsonl"),
+                   "--output", str(tmp_path / "out")]) == 2
+    err = capfd.readouterr().err
+    assert f"error: {tmp_path / 'bad.jsonl'}:11: not valid JSON" in err
+    assert "Traceback" not in err and len(err.splitlines()) <= 3, err
+
+
+def test_ids_of_different_types_are_refused_before_publishing(ray_session, tmp_path, tiny_model,
+                                                              capsys):
+    from swe.commands.encode import main as encode
+
+    pq.write_table(pa.table({"id": [1, 2], "text": ["a", "b"]}), tmp_path / "ints.parquet")
+    pq.write_table(pa.table({"id": ["c", "d"], "text": ["a", "b"]}), tmp_path / "strs.parquet")
+    _jsonl(tmp_path / "mixed.jsonl", [{"id": 1, "text": "a"}, {"id": "x", "text": "b"}])
+    _jsonl(tmp_path / "chunks.jsonl", [{"id": 1, "text": "a"}, {"id": "x", "text": "b"}])
+    cases = [(["ints.parquet", "strs.parquet"], [], "strs.parquet: column 'id' is string but "),
+             (["mixed.jsonl"], [], "mixed.jsonl: column 'id' mixes int and str values"),
+             (["chunks.jsonl"], ["--part-rows", "1"], "column 'id' is string but ")]
+    for names, extra, needle in cases:
+        out = tmp_path / f"out-{names[0]}"
+        status = encode(["--model", str(tiny_model), "--input", *[str(tmp_path / n) for n in names],
+                         "--output", str(out), "--id-column", "id", *extra])
+        err = capsys.readouterr().err
+        assert status == 2 and needle in err, err
+        assert not (out / "_manifest.json").exists()

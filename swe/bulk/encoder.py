@@ -93,6 +93,8 @@ class Encoder:
                    "empty": chunk.column("empty")[0].as_py(),
                    "invalid_utf8": chunk.column("invalid_utf8")[0].as_py(),
                    "non_text": chunk.column("non_text")[0].as_py(),
+                   "types": {f.name: str(f.type) for f in table.schema if f.name != "embedding"},
+                   "file": chunk.column("file")[0].as_py(),
                    "first_non_text": chunk.column("first_non_text")[0].as_py(),
                    "node": self.node}
         storage.write_bytes_atomic(storage.join(self.run_dir, "_receipts", f"{part}.json"),

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from swe import storage
 from swe.bulk import layout
 from swe.bulk.encoder import DTYPES, Encoder
-from swe.bulk.read import plan, read_task
+from swe.bulk.read import check_types, plan, read_task
 from swe.lease import Lease
 from swe.raysetup import user_error
 from swe.storage import expand_inputs, input_format
@@ -257,6 +257,9 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
         raise error
     receipts = {**done, **{r["part"]: r for r in new}}
     _check_rows(files, counts, receipts)
+    typed: dict = {}
+    for r in sorted(receipts.values(), key=lambda r: tuple(map(int, r["part"].split("-")))):
+        check_types(typed, r.get("types", {}), r.get("file", r["part"]))
     order = sorted(receipts.values(), key=lambda r: tuple(map(int, r["part"].split("-"))))
     parts = [{"path": f"{layout.RUN_PREFIX}{run}/{r['part']}.parquet", "rows": r["rows"],
               "bytes": r["bytes"], "sha256": r["sha256"]} for r in order]

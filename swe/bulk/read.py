@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from swe.storage import input_format, iter_lines, open_input
 
-__all__ = ["count_rows", "plan", "read_task"]
+__all__ = ["check_types", "count_rows", "plan", "read_task"]
 
 
 @contextmanager
@@ -58,11 +58,14 @@ def _columns(text_col: str, id_col: str | None, keep: list[str]) -> list[str]:
     return [text_col] + ([id_col] if id_col else []) + list(keep)
 
 
-def _describe(index: int, path: str, cols: list[str], part_rows: int) -> tuple[list[dict], int]:
-    """A Parquet file's read descriptors (one per row group) and row count; checks columns."""
+def _describe(index: int, path: str, cols: list[str], part_rows: int
+              ) -> tuple[list[dict], int, dict[str, str]]:
+    """A Parquet file's read descriptors (one per row group), row count and the types of its
+    id and kept columns; checks columns."""
     with named(path), open_input(path) as f:
         pf = pq.ParquetFile(f)
         meta, names = pf.metadata, pf.schema_arrow.names
+        types = {c: str(pf.schema_arrow.field(c).type) for c in cols[1:] if c in names}
     missing = [c for c in cols if c not in names]
     if missing:
         raise ValueError(f"{path}: no column {missing[0]!r}; columns are {names} "
@@ -74,7 +77,7 @@ def _describe(index: int, path: str, cols: list[str], part_rows: int) -> tuple[l
                     "row_offset": offset, "first_chunk": chunk, "n_chunks": -(-n // part_rows)})
         offset += n
         chunk += out[-1]["n_chunks"]
-    return out, meta.num_rows
+    return out, meta.num_rows, types
 
 
 def _peek_jsonl(path: str, cols: list[str]) -> None:
@@ -103,9 +106,11 @@ def plan(files: list[str], fmt: str, cols: list[str], part_rows: int) -> tuple[l
     get([peek.remote(p, cols) for p, k in zip(files, kinds, strict=True) if k == "jsonl"])
     tasks: list[dict] = []
     counts: list = []
+    typed: dict[str, tuple[str, str]] = {}  # column -> (type, the first file with it)
     for i, (path, kind) in enumerate(zip(files, kinds, strict=True)):
         if kind == "parquet":
-            rg_tasks, n = get(described[i])
+            rg_tasks, n, types = get(described[i])
+            check_types(typed, types, path)
             tasks.extend(rg_tasks)
             counts.append(ray.put(n))
         else:
@@ -113,6 +118,19 @@ def plan(files: list[str], fmt: str, cols: list[str], part_rows: int) -> tuple[l
                           "row_offset": 0, "first_chunk": 0, "n_chunks": 0})
             counts.append(count.remote(path, kind))
     return tasks, counts
+
+
+def check_types(typed: dict[str, tuple[str, str]], types: dict[str, str], where: str) -> None:
+    """Every id or kept column has one type across the inputs (the output is one table):
+    ``typed`` holds each column's first type and where it was seen; a null type fits any."""
+    for col, kind in types.items():
+        if kind == "null":
+            continue
+        first, seen = typed.setdefault(col, (kind, where))
+        if kind != first:
+            raise ValueError(f"{where}: column {col!r} is {kind} but {seen} has it as {first}; "
+                             "the output holds one type per column: convert one of them (or "
+                             "encode them separately)")
 
 
 def _record(path: str, lineno: int, line: str, cols: list[str]) -> tuple[list, bool]:
@@ -166,20 +184,27 @@ def _text_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
             counts["non_text"] += 1
             counts["first_non_text"] = counts["first_non_text"] or f"{path}:{non_text}"
         if len(rows) == part_rows:
-            yield chunk, (None if chunk in skip else _table(rows, cols)), counts
+            yield chunk, (None if chunk in skip else _table(rows, cols, path)), counts
             rows, chunk, counts = [], chunk + 1, _no_counts()
     if rows:
-        yield chunk, (None if chunk in skip else _table(rows, cols)), counts
+        yield chunk, (None if chunk in skip else _table(rows, cols, path)), counts
 
 
 def _no_counts() -> dict:
     return {"invalid_utf8": 0, "non_text": 0, "first_non_text": ""}
 
 
-def _table(rows: list, cols: list[str]) -> pa.Table:
+def _table(rows: list, cols: list[str], path: str) -> pa.Table:
     columns = list(zip(*rows, strict=True))
-    return pa.table({c: pa.array(v, pa.string() if i == 0 else None)
-                     for i, (c, v) in enumerate(zip(cols, columns, strict=True))})
+    out = {}
+    for i, (c, v) in enumerate(zip(cols, columns, strict=True)):
+        try:
+            out[c] = pa.array(v, pa.string() if i == 0 else None)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            kinds = sorted({type(x).__name__ for x in v if x is not None})
+            raise ValueError(f"{path}: column {c!r} mixes {' and '.join(kinds)} values; give "
+                             "every row the same type") from None
+    return pa.table(out)
 
 
 def _parquet_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
@@ -217,10 +242,13 @@ def read_task(batch: pa.Table, text_col: str, id_col: str | None, keep: list[str
     skip = set(done.get(desc["file_index"], ()))
     reader = _parquet_chunks if desc["format"] == "parquet" else _text_chunks
     row = desc["row_offset"]
+    typed: dict[str, tuple[str, str]] = {}
     with named(desc["path"]):
         for chunk, table, counts in reader(desc, cols, part_rows, skip):
             n = table.num_rows if table is not None else part_rows
             if table is not None:
+                check_types(typed, {c: str(table.schema.field(c).type) for c in cols[1:]},
+                            f"{desc['path']} (from row {row + 1})")
                 yield _chunk_row(desc, chunk, row, table, counts, cols)
             row += n
 
