@@ -235,10 +235,11 @@ class ModelFolder:
         data = _read_limited(path, limit)
         if entry is not None and (len(data) != entry.get("bytes")
                                   or _sha256(data) != entry.get("sha256")):
+            differs = (f"{len(data):,} bytes read, {entry.get('bytes')!r} recorded"
+                       if len(data) != entry.get("bytes") else "same size, different SHA-256")
             raise ModelFileError(
-                f"{path} does not match the size and checksum in {CONFIG} ({len(data):,} bytes "
-                f"read, {entry.get('bytes')!r} recorded): the save was interrupted or the file "
-                "was changed; save the model again")
+                f"{path} does not match the size and checksum in {CONFIG} ({differs}): the save "
+                "was interrupted or the file was changed; save the model again")
         return data
 
     def read_text(self, name: str, what: str, limit: int = MAX_FILE_BYTES) -> str:

@@ -42,10 +42,12 @@ def _fits(node: Mapping[str, float], need: Mapping[str, float]) -> int:
     return min((math.floor(node.get(k, 0) / v + 1e-9) for k, v in need.items()), default=0)
 
 
-def _describe(resources: Mapping[str, float]) -> str:
+def _describe(resources: Mapping[str, float], gpus: bool) -> str:
+    """``2 CPUs, 1 GPU, 8.0 GiB``: GPUs when ``gpus`` (even none), memory when given."""
     text = f"{resources.get('CPU', 0):g} CPUs"
-    if resources.get("GPU"):
-        text += f", {resources['GPU']:g} GPUs"
+    if gpus:
+        n = resources.get("GPU", 0)
+        text += f", {n:g} GPU{'' if n == 1 else 's'}"
     if resources.get("memory"):
         text += f", {resources['memory'] / GiB:.1f} GiB"
     return text
@@ -71,9 +73,10 @@ def check_grantable(requests: Iterable[Request], nodes: list[Mapping[str, float]
             continue
         largest = max(nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0), n.get("memory", 0)))
         many = f"{r.count} × " if r.count > 1 else ""
-        where = (f"the largest of {len(nodes)} nodes has {_describe(largest)}"
-                 if len(nodes) > 1 else f"the one node has {_describe(largest)}")
+        gpus = r.gpus > 0
+        where = (f"the largest of {len(nodes)} nodes has {_describe(largest, gpus)}"
+                 if len(nodes) > 1 else f"the one node has {_describe(largest, gpus)}")
         fits = f"; the cluster holds {room}" if room else ""
-        raise ValueError(f"{r.what}: {many}{_describe(need)} asked, but {where}{fits}: "
+        raise ValueError(f"{r.what}: {many}{_describe(need, gpus)} asked, but {where}{fits}: "
                          f"{r.fix} (or add nodes; on an autoscaling cluster set "
                          f"SWE_WAIT_FOR_RESOURCES=1)")

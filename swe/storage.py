@@ -70,14 +70,16 @@ def output_url(url: str, flag: str = "--output") -> str:
     cwd = os.path.realpath(os.getcwd())
     home = os.path.realpath(os.path.expanduser("~"))
     if path == os.path.dirname(path):
-        why = "the filesystem root"
+        why = f"the filesystem root ({path})"
     elif path == home:
-        why = "your home directory"
-    elif cwd == path or cwd.startswith(path.rstrip(os.sep) + os.sep):
-        why = "the current directory" if cwd == path else f"a folder above the current one ({cwd})"
+        why = f"your home directory ({path})"
+    elif cwd == path:
+        why = f"the current directory ({path})"
+    elif cwd.startswith(path.rstrip(os.sep) + os.sep):
+        why = f"{path}, a folder above the current directory {cwd}"
     else:
         return path
-    raise ValueError(f"{flag} {url} resolves to {why} ({path}); the job writes and removes files "
+    raise ValueError(f"{flag} {url} resolves to {why}; the job writes and removes files "
                      "in its output, so name a folder of its own, e.g. out/run1")
 
 

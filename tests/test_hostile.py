@@ -27,7 +27,8 @@ def test_a_request_no_node_can_grant_is_refused_saying_what_the_nodes_have():
     with pytest.raises(ValueError, match=r"actors: 4 CPUs asked, but the one node has 2 CPUs, "
                                          r"8\.0 GiB: lower x"):
         check_grantable([Request("actors", "lower x", cpus=4)], [NODE])
-    with pytest.raises(ValueError, match="1 GPUs asked"):
+    with pytest.raises(ValueError, match="1 GPU asked, but the largest of 2 nodes has 2 CPUs, "
+                                         "0 GPUs"):
         check_grantable([Request("actors", "lower y", gpus=1)], [NODE, NODE])
     # each fits a node, but not all of them together
     with pytest.raises(ValueError, match=r"3 × 1 CPUs asked, but the one node has 2 CPUs.*holds 2"):
@@ -61,7 +62,8 @@ def test_encoder_actors_larger_than_any_node_are_refused_not_waited_for(
 
 @pytest.mark.parametrize("setting, named", [
     ("extraction.cpus_per_actor=64", "teacher actors: (2 × )?64 CPUs asked"),
-    ("extraction.gpus_per_actor=1", "teacher actors: (2 × )?0.5 CPUs, 1 GPUs asked"),
+    ("extraction.gpus_per_actor=1",
+     "teacher actors: (2 × )?0.5 CPUs, 1 GPU asked, but the one node has 2 CPUs, 0 GPUs"),
     ("refine.workers=64", "refine's Ray Train workers: 64 × 1 CPUs")])
 def test_build_actors_or_workers_no_node_can_grant_stop_before_the_first_stage(
         ray_session, tmp_path, setting, named):
@@ -168,18 +170,18 @@ def test_a_dim_larger_than_the_model_is_refused(ray_session, tmp_path, tiny_mode
     assert not (tmp_path / "out").exists()
 
 
-def test_the_first_progress_line_measures_ten_seconds_of_encoding(ray_session, monkeypatch,
-                                                                  capsys):
+def test_progress_lines_give_the_rate_since_the_start(ray_session, monkeypatch, capsys):
     import ray
 
     from swe.bulk import job
 
-    clock = iter([30.0, 30.001, 41.0])  # start-up took 30 s; two parts land together
+    clock = iter([5.0, 30.0, 30.001, 35.0, 41.0])  # parts land in bursts
     monkeypatch.setattr(job.time, "perf_counter", lambda: next(clock))
-    first, last, counts = [], [0.0, 0], [ray.put(2200)]
-    for rows in (100, 200, 1200):
-        job._progress(rows, first, counts, last)
-    assert capsys.readouterr().err == "1,200 rows encoded, 100 rows/s, 55% of 2,200, ETA 10s\n"
+    last, counts = [0.0, 0.0, 0], [ray.put(2400)]
+    for rows in (100, 1200, 1300, 1500, 2050):
+        job._progress(rows, counts, last)
+    assert capsys.readouterr().err == ("1,200 rows encoded, 40 rows/s, 50% of 2,400, ETA 30s\n"
+                                       "2,050 rows encoded, 50 rows/s, 85% of 2,400, ETA 7s\n")
 
 
 # -- one huge line: bounded memory in every stage that reads raw text --------------------------

@@ -120,24 +120,21 @@ def _start_run(output: str, run: str, spec: dict) -> dict[str, dict]:
     return done
 
 
-def _progress(done_rows: int, first: list, counts: list, last: list) -> None:
-    """A progress line every ~10 s after the first part: rows, rows/s since the first part
-    (start-up excluded, so at least 10 s of encoding), and an ETA once the input is counted."""
+def _progress(done_rows: int, counts: list, last: list) -> None:
+    """A progress line at most every ~10 s, the first 10 s after the job started: rows, rows/s
+    since the start (so never a rate over a burst of parts), and an ETA once the input is
+    counted. ``last``: [start, time of the last line, rows done before this run]."""
     import ray
 
     now = time.perf_counter()
-    if not first:
-        first.extend([now, done_rows])
-        last[0] = now  # the first line comes 10 s after the first part, not after the start
+    if now - last[1] < 10:
         return
-    if now - last[0] < 10:
-        return
-    last[0] = now
-    rate = (done_rows - first[1]) / max(now - first[0], 1e-9)
+    last[1] = now
+    rate = done_rows / max(now - last[0], 1e-9)
     ready, _ = ray.wait(counts, num_returns=len(counts), timeout=0)
     line = f"{done_rows:,} rows encoded, {rate:,.0f} rows/s"
     if len(ready) == len(counts):
-        total = sum(ray.get(counts)) - last[1]
+        total = sum(ray.get(counts)) - last[2]
         eta = max(total - done_rows, 0) / max(rate, 1e-9)
         line += f", {100 * done_rows / max(total, 1):.0f}% of {total:,}, ETA {eta:,.0f}s"
     print(line, file=sys.stderr, flush=True)
@@ -167,13 +164,13 @@ def _encode(model: str, output: str, run: str, opts: EncodeOptions, tasks: list[
                             "text_col": opts.text_column, "id_col": opts.id_column,
                             "keep": keep, "dtype": opts.dtype, "dim": opts.dim})
     new: list[dict] = []
-    first: list = []
-    last = [time.perf_counter(), sum(r["rows"] for r in done.values())]
+    start = time.perf_counter()
+    last = [start, start, sum(r["rows"] for r in done.values())]
     rows = 0
     for receipt in ds.iter_rows():
         new.append(dict(receipt))
         rows += receipt["rows"]
-        _progress(rows, first, counts, last)
+        _progress(rows, counts, last)
     return new
 
 
