@@ -367,6 +367,19 @@ def iter_lines(f: BinaryIO, chunk_size: int = 1 << 22) -> Iterator[bytes]:
         yield rest
 
 
+def peek_lines(path: str, limit: int = 2) -> list[bytes]:
+    """The first ``limit`` non-blank lines of a (possibly compressed) text file, reading no
+    further than needed."""
+    out: list[bytes] = []
+    with open_input(path) as f:
+        for line in iter_lines(f, 1 << 16):
+            if line.strip():
+                out.append(line.removeprefix(b"\xef\xbb\xbf") if not out else line)
+                if len(out) == limit:
+                    break
+    return out
+
+
 # -- Parquet and tokenizers ------------------------------------------------------------------------
 
 

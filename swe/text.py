@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import re
 import threading
 import unicodedata
@@ -46,30 +47,47 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Language:
-    """How a language's vocabulary is built: its case policy and unit of segmentation."""
+    """How a language's vocabulary is built: its case policy and unit of segmentation (words,
+    or teacher tokens for scripts written without spaces), and its Tatoeba test set's code."""
 
     code: str
     lowercase: bool
     teacher_tokens: bool = False
+    name: str = ""
+    tatoeba: str = ""
 
 
-_SPACE_DELIMITED_CASED = ("de", "fr", "es", "it", "pt", "nl", "sv", "da", "no", "fi", "pl",
-                          "cs", "ru", "uk", "tr", "el", "ro", "hu", "ko", "vi", "id", "ar")
-LANGUAGES: dict[str, Language] = {
-    "en": Language("en", lowercase=True),
-    **{c: Language(c, lowercase=False) for c in _SPACE_DELIMITED_CASED},
-    "zh": Language("zh", lowercase=False, teacher_tokens=True),
-    "ja": Language("ja", lowercase=False, teacher_tokens=True),
-}
+#: Where the table of languages lives: ISO 639-1 codes (``en``, ``de``, ``zh`` …) and NTREX-128's
+#: codes (ISO 639-3, some with a script or region: ``deu``, ``zho-CN``, ``srp-Latn``), each
+#: with its name, Tatoeba code, case policy and segmentation (``words`` or ``teacher-tokens``).
+LANGUAGES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                              "languages.tsv")
+
+
+def _read_languages(path: str = LANGUAGES_FILE) -> dict[str, Language]:
+    with open(path, encoding="utf-8") as f:
+        header, *rows = (line.rstrip("\n").split("\t") for line in f if line.strip())
+    table = {}
+    for row in rows:
+        r = dict(zip(header, row, strict=True))
+        table[r["code"]] = Language(r["code"], r["lowercase"] == "yes",
+                                    r["segmentation"] == "teacher-tokens", r["name"],
+                                    r["tatoeba"])
+    return table
+
+
+LANGUAGES: dict[str, Language] = _read_languages()
 
 
 def language(code: str) -> Language:
-    """The :class:`Language` for an ISO 639-1 code; a clear ``ValueError`` for unknown codes."""
+    """The :class:`Language` for a code of :data:`LANGUAGES`; a clear ``ValueError`` for an
+    unknown code (a language without a declared case and segmentation policy)."""
     try:
         return LANGUAGES[code]
     except (KeyError, TypeError):
-        known = ", ".join(sorted(LANGUAGES))
-        raise ValueError(f"unknown language {code!r}; supported: {known}") from None
+        raise ValueError(f"unknown language {code!r}: no case and segmentation policy is "
+                         f"declared for it in {LANGUAGES_FILE}; known: "
+                         f"{', '.join(sorted(LANGUAGES))}") from None
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -152,15 +170,19 @@ def word_spans(text: str) -> list[tuple[str, int, int]]:
 
 
 # Han, Hiragana, Katakana (incl. halfwidth), CJK symbols and compatibility ideographs.
-_CJK = re.compile(
-    "[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+# Scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, Japanese
+# kana, Chinese characters. A word holding one is split into teacher tokens.
+_UNSPACED = re.compile(
+    "[\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u19e0-\u19ff"
+    "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
     "\U00020000-\U0002ffff]"
 )
 
 
 def has_cjk(word: str) -> bool:
-    """True when ``word`` contains Chinese or Japanese script (not space-delimited)."""
-    return _CJK.search(word) is not None
+    """True when ``word`` holds a script written without spaces (Chinese, Japanese, Thai, Lao,
+    Khmer, Myanmar, Tibetan): such a word is split into teacher tokens."""
+    return _UNSPACED.search(word) is not None
 
 
 _MARKERS = ("##", "▁", "Ġ")

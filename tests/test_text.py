@@ -51,8 +51,26 @@ def test_language_policy():
     assert text.language("en").lowercase and not text.language("en").teacher_tokens
     assert not text.language("de").lowercase
     assert text.language("zh").teacher_tokens and text.language("ja").teacher_tokens
-    with pytest.raises(ValueError, match=r"unknown language 'xx'.*supported: .*en"):
+    with pytest.raises(ValueError, match=r"unknown language 'xx': no case and segmentation "
+                                         r"policy is declared for it in .*languages\.tsv; known: "
+                                         r".*en"):
         text.language("xx")
+
+
+def test_every_ntrex_language_has_a_policy_and_its_tatoeba_code(data_dir):
+    import csv
+
+    with open(data_dir / "parallel/ntrex128/languages.tsv", encoding="utf-8") as f:
+        ntrex = list(csv.DictReader(f, delimiter="\t"))
+    assert len(ntrex) == 124
+    for row in ntrex:
+        spec = text.language(row["code"])
+        assert spec.tatoeba == row["tatoeba"] and spec.name == row["name"]
+    unspaced = {c for c, spec in text.LANGUAGES.items() if spec.teacher_tokens}
+    assert {"tha", "khm", "jpn", "zho-CN", "yue", "zh", "ja"} <= unspaced
+    assert not text.language("deu").teacher_tokens and text.language("deu").lowercase
+    # a Thai or Khmer word is split into teacher tokens, like Chinese
+    assert text.has_cjk("ภาษาไทย") and text.has_cjk("ភាសាខ្មែរ") and not text.has_cjk("Wörter")
 
 
 def test_unit_keys_match_units(minilm, data_dir):

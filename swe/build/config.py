@@ -21,6 +21,7 @@ else:  # pragma: no cover
 from functools import cache
 
 from swe import storage
+from swe.build.language_sets import expand
 from swe.build.runner import Stage
 from swe.text import LANGUAGES
 
@@ -43,7 +44,15 @@ class BuildSettings:
     trust_remote_code: bool = field(default=False, metadata={
         "help": "let the teacher's own code run (only for teachers you trust)"})
     languages: list[str] = field(default_factory=lambda: ["en"], metadata={
-        "nonempty": True, "help": "ISO 639-1 codes of the corpus languages"})
+        "nonempty": True, "help": "the corpus languages: codes of swe/data/languages.tsv (ISO "
+                                  "639-1, or NTREX-128's ISO 639-3 codes such as deu, zho-CN)"})
+    languages_file: str = field(default="", metadata={
+        "help": "a TSV with a 'code' column whose codes join languages (e.g. NTREX-128's "
+                "languages.tsv); [corpus.\"*\"] and [pairs.\"en-*\"] then template every "
+                "language's tables, {lang} standing for its code"})
+    languages_with: str = field(default="", metadata={
+        "help": "with languages_file: only the rows whose column of this name is not empty "
+                "(e.g. 'tatoeba')"})
     output: str = field(default="", metadata={"help": "output dir or s3:// prefix (--output)"})
     seed: int = field(default=0, metadata={"min": 0, "help": "seed of every random sample"})
     oov: str = field(default="subword", metadata={"choices": {
@@ -197,6 +206,7 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
         _apply_override(raw, item, errors)
     if output:
         raw["output"] = output
+    expand(raw, errors)
 
     top = {f.name for f in dataclasses.fields(cls)}
     for key in raw:

@@ -46,7 +46,10 @@ def pair_splits(cfg: BuildConfig, stats_dir: str) -> tuple[Any, Any, dict]:
     ds = ds.materialize()
     deduplicated = ds.count()
     ds = _cap_pairs(ds, cfg.pairs)
-    train, dev, n = split_last(ds, cfg.refine.dev_max)
+    if any(p.dev_documents for p in cfg.pairs.values()):
+        train, dev, n = _split_by_document(ds, cfg.refine.dev_max)
+    else:
+        train, dev, n = split_last(ds, cfg.refine.dev_max)
     read = _read_stats(stats_dir, len(sources), sources)
     if not n:
         raise ValueError("no translation pair kept from the [pairs] sources: "
@@ -58,7 +61,17 @@ def pair_splits(cfg: BuildConfig, stats_dir: str) -> tuple[Any, Any, dict]:
              "duplicates": read_total - deduplicated, "over_max_pairs": deduplicated - n}
     log.info("[train_data] pairs: %s; %d duplicates and %d over max_pairs dropped",
              _describe(read), stats["duplicates"], stats["over_max_pairs"])
-    return train.drop_columns(["h", "rank"]), dev.drop_columns(["h", "rank"]), stats
+    return (train.drop_columns(["h", "rank", "dev"]), dev.drop_columns(["h", "rank", "dev"]),
+            stats)
+
+
+def _split_by_document(ds: Any, dev_max: int) -> tuple[Any, Any, int]:
+    """Validation: the pairs of held-out documents (``dev``), at most ``dev_max`` of them by
+    shuffle key; train: every other pair, in shuffle-key order. ``(train, dev, rows)``."""
+    ds = ds.materialize()
+    train = where(ds, "dev", [False]).sort("k")
+    dev = where(ds, "dev", [True]).sort("k").limit(dev_max)
+    return train, dev, ds.count()
 
 
 def read_pairs(sources: list, configs: Mapping[str, PairsConfig], stats_dir: str,
@@ -103,12 +116,17 @@ def read_pair_source(batch: pa.Table, configs: dict, stats_dir: str,
     cfg = PairsConfig(**configs[source.key])
     stats: Counter = Counter()
     salt = np.uint64(int.from_bytes(source.key.encode()[:8].ljust(8, b"\0"), "little"))
+    held = pa.array(sorted(pair_readers.dev_sources(source, cfg, seed)), pa.string()) \
+        if cfg.dev_documents else None
     for table in pair_readers.read_source(source, cfg, stats):
         h = pairtext.pair_hash(table.column("src"), table.column("tgt")) ^ salt
         score = table.column("score").to_numpy(zero_copy_only=False)
+        dev = pc.is_in(table.column("src"), value_set=held) if held is not None else \
+            pa.array(np.zeros(table.num_rows, bool))
         yield table.append_column("h", pa.array(h.view(np.int64))).append_column(
             "k", pa.array(shuffle_key(h, seed))).append_column(
-            "rank", pa.array(np.where(np.isnan(score), -np.inf, score)))
+            "rank", pa.array(np.where(np.isnan(score), -np.inf, score))).append_column(
+            "dev", dev)
     storage.write_bytes_atomic(storage.join(stats_dir, f"{row['i']:06d}.json"),
                                json.dumps(dict(stats)).encode())
 

@@ -6,6 +6,7 @@ dropped row counted by reason (:data:`~swe.build.pairs.STATS`). No Ray, no torch
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import zipfile
@@ -22,7 +23,7 @@ from swe import storage
 from swe.build.pairs import STATS, PairsConfig, PairSource, languages
 from swe.build.pairtext import BOM, CORRUPT, FLOAT_SYNTAX, WHITESPACE, normalize
 
-__all__ = ["read_source"]
+__all__ = ["dev_sources", "held_out_documents", "read_source"]
 
 log = logging.getLogger("swe.build")
 
@@ -48,6 +49,41 @@ def read_source(source: PairSource, cfg: PairsConfig, stats: dict[str, int],
         raise ValueError(f"{', '.join(_stream_names(source))}: truncated or corrupt compressed "
                          f"data after {stats['read'] - start:,} pairs ({type(e).__name__}: {e}); "
                          "re-create or re-download it") from None
+
+
+def held_out_documents(ids: list[str], seed: int) -> set[str]:
+    """A fixed tenth of the distinct document ids (at least one): those first by a seeded hash
+    of the id, so the same documents whichever language's file lists them."""
+    distinct = sorted(set(ids), key=lambda d: hashlib.sha256(f"{seed}:{d}".encode()).digest())
+    return set(distinct[: max(1, math.ceil(len(distinct) / 10))])
+
+
+def dev_sources(source: PairSource, cfg: PairsConfig, seed: int) -> set[str]:
+    """The source sentences (stripped) of the rows of a TSV source that belong to held-out
+    documents (``cfg.dev_documents``: one document id per data row)."""
+    doc_file = storage.data_path(cfg.dev_documents)
+    ids = [line.strip() for line in storage.read_text(doc_file).splitlines()]
+    while ids and not ids[-1]:
+        ids.pop()
+    held = held_out_documents(ids, seed)
+    path, (src, tgt) = source.paths[0], languages(source.key)
+    out: set[str] = set()
+    rows = 0
+    with storage.naming(path, "reading"), storage.open_input(path) as f:
+        lines = _lines(f)
+        header = next(lines, None)
+        if header is None:
+            return out
+        _, (col, _) = _header_columns(path, header, src, tgt)
+        for rows, line in enumerate(lines, 1):
+            if rows <= len(ids) and ids[rows - 1] in held:
+                fields = line.decode("utf-8", "replace").split("\t")
+                if col < len(fields):
+                    out.add(fields[col].strip(WHITESPACE))
+    if rows != len(ids):
+        raise ValueError(f"{path} has {rows:,} data rows but {doc_file} lists {len(ids):,} "
+                         "document ids (one per row is needed): is it the file's own list?")
+    return out
 
 
 def _batches(source: PairSource, chunk_rows: int,

@@ -72,6 +72,12 @@ class PairsConfig:
         "help": "keep one pair per duplicate (normalised src, tgt): the best-scored"})
     max_pairs: int = field(default=0, metadata={
         "min": 0, "help": "0 = all; else keep the best-scored max_pairs (after dedup)"})
+    dev_documents: str = field(default="", metadata={
+        "help": "tsv: a file of document ids, one per data row (e.g. NTREX-128's "
+                "document_ids.txt): a fixed tenth of the documents (by a seeded hash of the "
+                "id) is held out, the same for every pair section; pairs whose source sentence "
+                "is in one of them are validation, the rest train ('' = the last rows by "
+                "shuffle key)"})
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,14 @@ class PairSource:
 
 
 def languages(key: str) -> tuple[str, str]:
-    """The two languages of a section key (``en-de`` → ``("en", "de")``); bad keys raise."""
+    """The two languages of a section key (``en-de`` → ``("en", "de")``, ``en-zho-CN`` →
+    ``("en", "zho-CN")``: the split that names two known codes); bad keys raise."""
+    from swe.text import LANGUAGES
+
+    for i, ch in enumerate(key):
+        if ch == "-" and key[:i] in LANGUAGES and key[i + 1:] in LANGUAGES \
+                and key[:i] != key[i + 1:]:
+            return key[:i], key[i + 1:]
     src, _, tgt = key.partition("-")
     if not src or not tgt or src == tgt or "-" in tgt:
         raise ValueError(f"[pairs.{key}]: name a pair as SRC-TGT, e.g. [pairs.en-de]")
@@ -116,6 +129,9 @@ def config_problems(key: str, cfg: PairsConfig) -> list[str]:
     if cfg.min_chars > cfg.max_chars:
         problems.append(f"[pairs.{key}]: min_chars = {cfg.min_chars} is above max_chars = "
                         f"{cfg.max_chars}")
+    if cfg.dev_documents and cfg.format not in ("auto", "tsv"):
+        problems.append(f"[pairs.{key}]: dev_documents needs TSV files (one document id per "
+                        f"data row), not format = {cfg.format!r}")
     return problems
 
 

@@ -87,19 +87,43 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
 
 
 def _check_formats(c: CorpusConfig, lang: str, errors: list[str]) -> None:
-    """An error for each corpus file whose format can't be told (before any task starts)."""
+    """Before any task starts: an error for a corpus file whose format can't be told or whose
+    TSV header lacks the language's column, and for a language whose files hold no text."""
     try:
         files = storage.expand_inputs(c.paths)
     except OSError:
         return  # check_readable said why
+    texts = 0
     for path in files:
-        fmt, _ = tsv_column(path, c.format, c.text_column, lang)
-        if fmt != "tsv":
-            try:
-                input_format(path, fmt, f"corpus.{lang}.format")
-            except ValueError as e:
-                errors.append(str(e))
-                return
+        fmt, col = tsv_column(path, c.format, c.text_column, lang)
+        try:
+            if fmt != "tsv":
+                fmt = input_format(path, fmt, f"corpus.{lang}.format")[0]
+            texts += _has_text(path, fmt, col)
+        except ValueError as e:
+            errors.append(str(e))
+            return
+        except OSError as e:
+            errors.append(f"corpus.{lang}: cannot read {path} ({e})")
+            return
+    if files and not texts:
+        errors.append(f"corpus.{lang}: its files hold no text ({', '.join(files[:3])}"
+                      f"{' …' if len(files) > 3 else ''}): add text, or leave {lang!r} out")
+
+
+def _has_text(path: str, fmt: str, column: str) -> bool:
+    """Whether a corpus file holds a row of text (a TSV's header must name ``column``)."""
+    if fmt == "parquet":
+        with open_input(path) as f:
+            return pq.ParquetFile(f).metadata.num_rows > 0
+    lines = storage.peek_lines(path, 2 if fmt == "tsv" else 1)
+    if fmt == "tsv" and lines:
+        header = [h.strip() for h in lines[0].decode("utf-8", "replace").split("\t")]
+        if column not in header:
+            raise ValueError(f"{path}: the TSV header {header} has no column {column!r} for "
+                             f"this language; check the file or corpus.<lang>.text_column")
+        return len(lines) > 1
+    return bool(lines)
 
 
 def enabled(cfg: BuildConfig) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +34,7 @@ import pyarrow.dataset as pds
 
 from swe import storage
 from swe.build import pairs
-from swe.build.markers import StageDir
+from swe.build.markers import StageDir, hashed
 from swe.build.outputs import selected_parts, targets_url, writes_targets
 from swe.build.pair_dataset import pair_splits
 from swe.build.pairs import PairsConfig
@@ -88,6 +88,42 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
             errors.append(f"[pairs.{key}] has no paths")
         if check_paths:
             check_readable(p.paths, f"pairs.{key}", errors)
+            if p.dev_documents:
+                check_readable([p.dev_documents], f"pairs.{key}.dev_documents", errors)
+            _check_headers(key, p, errors)
+
+
+def _is_number(text: str) -> bool:
+    """A CCMatrix TSV starts with its score, not a header."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_headers(key: str, p: pairs.PairsConfig, errors: list[str]) -> None:
+    """Before any task starts: each TSV's header names both languages of the section."""
+    try:
+        src, tgt = pairs.languages(key)
+        files = storage.expand_inputs(p.paths)
+    except (OSError, ValueError):
+        return  # reported elsewhere
+    for path in files:
+        if p.format not in ("auto", "tsv") or ".tsv" not in path.rsplit("/", 1)[-1]:
+            continue
+        try:
+            lines = storage.peek_lines(path, 1)
+        except OSError as e:
+            errors.append(f"pairs.{key}: cannot read {path} ({e})")
+            return
+        header = [h.strip() for h in lines[0].decode("utf-8", "replace").split("\t")] \
+            if lines else []
+        if len(header) > 1 and not _is_number(header[0]) and not (src in header and
+                                                                 tgt in header):
+            errors.append(f"pairs.{key}: {path} has the columns {header}, not {src!r} and "
+                          f"{tgt!r}: name the section after its file's languages")
+            return
 
 
 def enabled(cfg: BuildConfig) -> bool:
@@ -114,7 +150,7 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     """The pair sources and filters (pair objectives), teacher, seed and sampling settings."""
     r = cfg.refine
     srcs = () if r.objective == "distill" else (sorted(
-        (k, asdict(p)) for k, p in cfg.pairs.items()),)
+        (k, hashed(p, dev_documents="")) for k, p in cfg.pairs.items()),)
     if writes_targets(cfg):
         return (teacher, cfg.seed, r.objective, r.sentences, r.dev_max, {"layout": LAYOUT})
     with_teacher = ("teacher",) if r.objective == "contrastive" and needs_teacher(cfg) else ()
