@@ -1,15 +1,19 @@
 """Agreement between a swe model and its model2vec / sentence-transformers exports.
 
-    python benchmarks/bench_export.py --model out/glove-50d --vocab 30000 --vocab 0 \
-        --wiki 10000 --json out/bench_export.json
+    python benchmarks/bench_export.py --model out/gate/int8/model --wiki 10000 \
+        --json out/bench_export_en10k.json
+    python benchmarks/bench_export.py --model out/ende/int8/model --ntrex deu --wiki 10000
     python benchmarks/bench_export.py --smoke   # a tiny random model; both parts below
 
 Needs model2vec and sentence-transformers (the test extra; model2vec is also in the baselines
 extra); ``--smoke`` skips a comparison whose package is not installed. For each model (``--vocab
-N`` keeps its N most frequent words; 0 keeps all): export to both formats, load each in the real
-package, encode STS-B dev sentences and the first ``--wiki`` Wikipedia sentences, and report the
-mean cosine to our embeddings (rows where either side is zero — no known word — are counted
-separately), plus each one's STS-B test Spearman × 100.
+N`` keeps its N most frequent words; 0 keeps all): export to both formats (timed; the export
+prints the agreement it measured on its own held-out sample lines), load each in the real
+package, encode the STS-B test and dev sentences, the first ``--wiki`` Wikipedia sentences and,
+with ``--ntrex LANG``, NTREX-128's sentences in LANG (``deu``: the German side of
+``parallel/ntrex128/en-deu.tsv.gz``), and report the mean cosine to our embeddings (rows where
+either side is zero — no known word — are counted separately), each one's STS-B test Spearman ×
+100 and the exported files' sizes.
 
     python benchmarks/bench_export.py --model out/glove-50d --truncate 50 40 32 24 16 8 \
         --sentence-pca 100000
@@ -46,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", type=int, action="append",
                    help="keep the N first words (0: all; default 0, with --smoke 1000 and 0)")
     p.add_argument("--wiki", type=int, default=10_000, help="Wikipedia sentences")
+    p.add_argument("--ntrex", metavar="LANG", action="append", default=[],
+                   help="also NTREX-128's sentences in LANG (its file code: deu, fra, ...)")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--truncate", type=int, nargs="+", help="kept dimensions to score instead")
     p.add_argument("--sentence-pca", type=int, default=0,
@@ -78,23 +84,49 @@ def _sts(encode, a: list[str], b: list[str], gold: np.ndarray) -> float:
     return 100 * spearman((ea * eb).sum(1) / (na * nb), gold)
 
 
-def _encoders(model, tmp: Path, smoke: bool) -> dict:
+def _exported(model, to: str, out: Path) -> tuple[str, dict]:
+    """Export ``model``; the path and what it cost: seconds, bytes per file, the agreement the
+    export measured."""
     from swe.export import export
 
-    encoders = {"swe": model.encode}
+    t0 = time.perf_counter()
+    path = export(model, to, out)
+    info = {"export_seconds": round(time.perf_counter() - t0, 1),
+            "bytes": {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*"))
+                      if f.is_file()},
+            "export_agreement": round(path.agreement.mean, 4)}
+    return str(path), info
+
+
+def _encoders(model, tmp: Path, smoke: bool) -> dict:
+    """Name → (encode, export info) for swe and each installed package."""
+    encoders = {"swe": (model.encode, {})}
     if _have("model2vec", "the test or baselines extra", smoke):
         import model2vec
 
-        m2v = model2vec.StaticModel.from_pretrained(export(model, "model2vec", tmp / "m2v"))
-        encoders["model2vec"] = m2v.encode
+        path, info = _exported(model, "model2vec", tmp / "m2v")
+        encoders["model2vec"] = (model2vec.StaticModel.from_pretrained(path).encode, info)
     if _have("sentence_transformers", "the test extra", smoke):
         from sentence_transformers import SentenceTransformer
 
-        st = SentenceTransformer(str(export(model, "sentence-transformers", tmp / "st")),
-                                 device="cpu")
-        encoders["sentence-transformers"] = lambda s: st.encode(s, convert_to_numpy=True,
-                                                                batch_size=1024)
+        path, info = _exported(model, "sentence-transformers", tmp / "st")
+        st = SentenceTransformer(path, device="cpu")
+        encoders["sentence-transformers"] = (
+            lambda s: st.encode(s, convert_to_numpy=True, batch_size=1024), info)
     return encoders
+
+
+def ntrex_sentences(lang: str) -> list[str]:
+    """NTREX-128's sentences in ``lang`` (the second column of ``en-<lang>.tsv.gz``)."""
+    import csv
+    import gzip
+
+    from swe.eval.data import data_root
+
+    path = data_root() / "parallel" / "ntrex128" / f"en-{lang}.tsv.gz"
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [r[1] for r in rows[1:] if len(r) > 1]
 
 
 def truncation(path: str, dims: list[int], pca_sentences: int, wiki: list[str]) -> None:
@@ -121,7 +153,8 @@ def truncation(path: str, dims: list[int], pca_sentences: int, wiki: list[str]) 
                   flush=True)
 
 
-def compare(path: str, vocab: list[int], wiki: list[str], smoke: bool) -> list[dict]:
+def compare(path: str, vocab: list[int], wiki: list[str], smoke: bool,
+            ntrex: list[str] = ()) -> list[dict]:
     """One row per kept vocabulary and export: cosines to our embeddings, STS-B test."""
     from swe.eval.data import stsb_file
     from swe.eval.similarity import read_sts
@@ -130,7 +163,8 @@ def compare(path: str, vocab: list[int], wiki: list[str], smoke: bool) -> list[d
     full = StaticModel.load(path)
     dev_a, dev_b, _ = read_sts(stsb_file("dev"))
     test_a, test_b, gold = read_sts(stsb_file("test"))
-    texts = {"stsb-dev": dev_a + dev_b, "wikipedia": wiki}
+    texts = {"stsb-test": test_a + test_b, "stsb-dev": dev_a + dev_b, "wikipedia": wiki,
+             **{f"ntrex-{lang}": ntrex_sentences(lang) for lang in ntrex}}
     rows = []
     for n in vocab:
         model = full if not n else StaticModel.from_vectors(
@@ -139,10 +173,10 @@ def compare(path: str, vocab: list[int], wiki: list[str], smoke: bool) -> list[d
         with tempfile.TemporaryDirectory() as tmp:
             encoders = _encoders(model, Path(tmp), smoke)
             ours = {k: model.encode(t) for k, t in texts.items()}
-            for name, encode in encoders.items():
+            for name, (encode, info) in encoders.items():
                 t0 = time.perf_counter()
                 row = {"model": path, "vocab": len(model), "export": name,
-                       "stsb_test": round(_sts(encode, test_a, test_b, gold), 2)}
+                       "stsb_test": round(_sts(encode, test_a, test_b, gold), 2), **info}
                 for k, t in texts.items():
                     cos, zero = _cos(ours[k], encode(t))
                     row[f"cos_{k}"], row[f"zero_{k}"] = round(cos, 4), zero
@@ -181,15 +215,20 @@ def main(argv: list[str] | None = None) -> int:
             if not args.smoke:  # --smoke runs both parts
                 return 0
         vocab = args.vocab or ([1000, 0] if args.smoke else [0])
-        rows = compare(path, vocab, wiki[:args.wiki], args.smoke)
+        rows = compare(path, vocab, wiki[:args.wiki], args.smoke, args.ntrex)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("\n| vocab | export | mean cos STS-B dev | mean cos Wikipedia | STS-B test |")
-    print("|---|---|---|---|---|")
+    cols = [k[4:] for k in rows[0] if k.startswith("cos_")] if rows else []
+    print("\n| vocab | export | " + " | ".join(f"mean cos {c}" for c in cols)
+          + " | STS-B test | export s | files (bytes) |")
+    print("|---|---|" + "---|" * len(cols) + "---|---|---|")
     for r in rows:
-        print(f"| {r['vocab']:,} | {r['export']} | {r['cos_stsb-dev']:.4f} | "
-              f"{r['cos_wikipedia']:.4f} | {r['stsb_test']:.2f} |")
+        size = sum(r.get("bytes", {}).values())
+        print(f"| {r['vocab']:,} | {r['export']} | "
+              + " | ".join(f"{r['cos_' + c]:.4f}" for c in cols)
+              + f" | {r['stsb_test']:.2f} | {r.get('export_seconds', '')} | "
+              + (f"{size:,} |" if size else " |"))
     return 0
 
 

@@ -1,35 +1,41 @@
 """Export a swe model as a model2vec or a sentence-transformers (``StaticEmbedding``) folder.
 
 Both libraries run a Hugging Face ``tokenizers`` pipeline, then average the token rows and
-L2-normalise. Our rule (``swe.model``: BlingFire words, exact then lowercased lookup, the
-teacher-subword OOV rule, then with ``oov="prefix"`` the longest vocabulary prefix of at least
-``PREFIX_MIN`` characters, punctuation skipped) becomes the closest ``tokenizer.json``:
+L2-normalise. Our rule (``swe.model``: BlingFire words; exact, then lowercased lookup; for an
+unknown word the teacher-subword rule, then with ``oov="prefix"`` the longest vocabulary prefix
+of at least ``PREFIX_MIN`` characters; punctuation skipped) becomes this ``tokenizer.json``:
 
-* normaliser: drops our end marker ``MARK`` (U+E000) from the text; ``Lowercase`` when the model
-  lowercases and every vocabulary word is lowercase (English builds); then ``MARK`` after every
-  place where a word unit may end (after a run of word characters, after every other character,
-  before ``n't``, inside ``cannot``), so that a token can tell a whole unit from a prefix;
+* normaliser: removes :data:`MARK` (U+E000, private use) from the text; ``Lowercase`` when the
+  model lowercases and every vocabulary word is lowercase (English builds); accents stripped
+  when the teacher strips them (uncased BERT: its subwords see ``mexico`` for ``México``); then
+  :data:`MARK` wherever a word unit may end (after a run of word characters, after any other
+  character, before ``n't``, inside ``cannot``), so that a token can tell a whole unit from a
+  prefix of a longer one;
 * pre-tokeniser: a regex over the marked text that groups the marked pieces into BlingFire's
-  word units (``do|n't``, ``it|'s``, ``I|'|m``, ``3.5``, ``1,000``, ``U.S.``, ``O'|Neil``,
+  units (``do|n't``, ``it|'s``, ``I|'|m``, ``3.5``, ``9,837.94``, ``U.S.``, ``O'|Neil``,
   ``AT&T``, ``.com``, other punctuation one character at a time), then whitespace;
-* model: ``WordPiece`` whose first pieces are each word's marked form (a whole unit, ``play``
-  + ``MARK``) and, with ``oov="prefix"``, its marked form without the end marker (a proper
-  prefix, words of at least ``PREFIX_MIN`` characters only); for a cased vocabulary of a model
-  that lowercases, the capitalised and upper-case forms of its lowercase words too (our
-  lowercased second lookup); ``##c`` continuation tokens for the characters after a prefix. A
-  unit with no such first piece is ``[UNK]`` as a whole (WordPiece's rule), as swe skips it;
-* a table: units of the shipped English sample (``swe/data/sample``) on which that greedy
-  WordPiece still disagrees with swe (the teacher-subword rule, a short first piece, mixed case)
-  get a whole-unit token of their own;
-* rows: a token → row ``mapping`` into ``[zero row, our V vectors]`` (model2vec's vocabulary
-  quantisation format, which sentence-transformers 6.2 folds in when loading); ``[UNK]``,
-  punctuation words and continuation tokens use the zero row, which does not change the
-  direction of a mean that is L2-normalised afterwards, as our skipped units do not.
+* model: ``WordPiece`` whose first pieces are (1) every word's marked form, ``play`` + MARK:
+  only a whole unit matches it; (2) with ``oov="prefix"``, every word of ``PREFIX_MIN``+
+  characters without the end marker: a proper prefix; (3) for a cased vocabulary of a model
+  that lowercases (en+de), the Capitalised and UPPER forms of its lowercase words (our
+  lowercased second lookup); (4) the teacher's word-initial subwords, each mapped to what swe
+  does when a word starts with that subword (the subword if it is a word, else its longest
+  word prefix, else nothing) — for a WordPiece teacher the greedy match then starts where the
+  teacher does, as WordPiece's first subword is the longest one; (5) a table: units of the
+  shipped English sample on which all that still disagrees with swe, as whole units. ``##c``
+  continuation tokens cover the characters after a prefix; a unit with no first piece is
+  ``[UNK]`` as a whole (WordPiece's rule), as swe skips it;
+* rows: ``embeddings`` holds a zero row, then our V word vectors (punctuation zeroed), and
+  ``mapping`` sends each token to its row (model2vec's format for a vocabulary larger than its
+  matrix; sentence-transformers 6.2 folds it in when loading). ``[UNK]`` and the continuation
+  tokens use the zero row, which does not change the direction of a mean that is L2-normalised
+  afterwards, as our skipped units do not.
 
-Not everything can be expressed (the teacher's tokenisation of an unseen unit, every BlingFire
-special case), so the export measures its agreement with swe on held-out lines of the sample,
-returns it, prints it and records it in the folder's ``README.md``. Details and measured numbers:
-docs/export.md. Torch-free: only numpy, safetensors, tokenizers.
+The teacher's own split of a unit is only imitated (exactly for the first subword of a
+WordPiece teacher, approximately for a sentencepiece one), so every export measures its
+agreement with swe on held-out lines of the sample, returns it, prints it and records it in the
+folder's ``README.md``. Measured numbers: docs/export.md. Torch-free: numpy, safetensors and
+tokenizers only.
 """
 
 from __future__ import annotations
@@ -37,11 +43,12 @@ from __future__ import annotations
 import json
 import lzma
 import os
-import string
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -52,44 +59,47 @@ from swe import storage
 from swe.model import PREFIX_MIN, StaticModel
 from swe.text import has_cjk, is_punctuation, words
 
-__all__ = ["MARK", "SAMPLE", "TARGETS", "Agreement", "ExportArrays", "ExportError", "Exported",
-           "agreement", "export", "export_arrays", "export_tokenizer"]
+__all__ = ["CHECK_LINES", "MARK", "SAMPLE", "TARGETS", "Agreement", "ExportArrays", "ExportError",
+           "Exported", "agreement", "check_lines", "encode_like_export", "export",
+           "export_arrays", "export_tokenizer"]
 
 TARGETS = ("model2vec", "sentence-transformers")
 UNK = "[UNK]"
 PREFIX = "##"
-#: Ends every word unit in the normalised text (a private-use character; removed from input).
+#: Ends every word unit in the normalised text; removed from the input first.
 MARK = "\ue000"
-#: The shipped English sample: the table is built on its first lines, agreement measured on
-#: its last ``CHECK_LINES`` lines.
+#: The shipped English sample: the table is built on its first ``TABLE_LINES`` lines, the
+#: agreement measured on its last ``CHECK_LINES`` lines.
 SAMPLE = Path(__file__).resolve().parent / "data" / "sample" / "en_wikipedia_60k.txt.xz"
 TABLE_LINES = 40_000
 CHECK_LINES = 3_000
 TABLE_MIN_COUNT = 2  # a unit seen fewer times in the table lines gets no token of its own
 MAX_UNIT_CHARS = 1_000  # a longer marked unit is [UNK] (WordPiece's max_input_chars_per_word)
 
-# Where a unit may end: after a run of word characters, after any other non-space character,
-# before "n't" (do|n't), between "can" and "not".
-BOUNDARY = r"(?<=\w)(?!\w)|(?<=[^\w\s])|(?i:(?<=\w)(?=n['’]t\b)|(?<=\bcan)(?=not\b))"
+# Where a unit may end: after a run of word characters, after any other character, before
+# "n't" (do|n't), between "can" and "not" (can|not).
+BOUNDARY = r"(?<=\w)(?!\w)|(?<=[^\w\s])|(?i:(?<=\w)(?=n['’‘]t\b)|(?<=\bcan)(?=not\b))"
 _M = MARK
-_START = rf"(?<![^\s{_M}])"  # at the start of a word run
-# BlingFire's word units over the marked text, most specific first.
+_START = rf"(?<![^\s{_M}])"  # at the start of a run
+_APOS = "['’‘]"
+_CLITIC = rf"{_APOS}{_M}(?i:s|re|ve|ll|d){_M}"
+_THOUSANDS, _DECIMALS = rf",{_M}\d{{3}}(?!\d)\w*{_M}", rf"\.{_M}\d\w*{_M}"
+#: BlingFire's word units over the marked text, most specific first.
 UNIT_PATTERN = "|".join([
-    rf"(?i:n{_M}['’]{_M}t{_M})",  # n't
-    rf"(?<=\w{_M})['’]{_M}(?i:s|re|ve|ll|d){_M}",  # it|'s  we|'re  (but I|'|m)
-    rf"{_START}\d+{_M}(?:\.{_M}\d+{_M})+",  # 3.5  12.03.2019
-    rf"{_START}\d+{_M}(?:,{_M}\d{{3}}{_M})+",  # 1,000 (but 3|,|5)
-    rf"{_START}\w{_M}(?:\.{_M}\w{_M})+(?:\.{_M}(?![\W]*$))?",  # U.S. e.g. (U.S|. at the end)
+    rf"(?i:n{_M}{_APOS}{_M}t{_M})",  # n't
+    rf"(?<=\w{_M}){_CLITIC}",  # it|'s we|'re (but I|'|m, Corp|.|'|s)
+    rf"{_START}\d+{_M}(?:(?:{_THOUSANDS})+(?:{_DECIMALS})*|(?:{_DECIMALS})+)",  # 9,837.94 3.5
+    rf"{_START}\w{_M}(?:\.{_M}\w{_M})+(?:\.{_M}(?!\W*$))?",  # U.S. e.g. (U.S|. at the end)
     rf"(?<!\w{_M})\.{_M}\w+{_M}",  # .com .5
     rf"{_START}\w+{_M}&{_M}\w+{_M}",  # AT&T
-    rf"{_START}(?i:[djlot]|qu){_M}['’]{_M}(?!(?i:s|re|ve|ll|d){_M})(?=\w)",  # O'|Neil l'|homme
+    rf"{_START}(?i:[djlot]|qu){_M}['’]{_M}(?!{_CLITIC})(?=\w)",  # O'|Neil l'|homme
     rf"{_START}\w{_M}(?:\+{_M}\+{_M}|#{_M})",  # C++ C#
     rf"\w+{_M}",
     rf"[^\s{_M}]{_M}",
 ])
-# Continuation characters beyond those of the vocabulary and the teacher's tokens.
-_EXTRA_CHARS = (string.printable.strip() + "".join(map(chr, range(0xA1, 0x250)))
-                + "".join(map(chr, range(0x370, 0x530))) + "".join(map(chr, range(0x2010, 0x2050))))
+# Continuation characters beyond those of our words and of the teacher's subwords.
+_EXTRA_CHARS = "".join(map(chr, [*range(0x21, 0x7F), *range(0xA1, 0x250), *range(0x370, 0x530),
+                                 *range(0x2010, 0x2050)]))
 
 
 class ExportError(ValueError):
@@ -98,20 +108,21 @@ class ExportError(ValueError):
 
 @dataclass
 class Agreement:
-    """Cosine between swe's and the export's sentence vectors on ``sentences`` texts."""
+    """Cosine between swe's sentence vectors and the export's on ``sentences`` texts (a text
+    that is a zero vector on one side only counts as cosine 0, on both sides as 1)."""
 
     source: str
     sentences: int
     mean: float
     min: float
-    identical: float  # share of sentences with cosine >= 0.9999
-    zero_mismatch: int  # sentences that are a zero vector on exactly one side
-    not_measured: list[str] = field(default_factory=list)  # model languages the text is not in
+    identical: float  # share of texts with cosine >= 0.9999
+    zero_mismatch: int  # texts that are a zero vector on exactly one side
+    not_measured: list[str] = field(default_factory=list)  # model languages the texts miss
 
     def line(self) -> str:
         """One line for the console."""
-        note = (f"; not measured for {', '.join(self.not_measured)} (no sample shipped)"
-                if self.not_measured else "")
+        note = (f"; not measured for language {', '.join(self.not_measured)} (swe ships no "
+                f"sample text in it)" if self.not_measured else "")
         return (f"agreement with swe on {self.sentences:,} {self.source}: mean cosine "
                 f"{self.mean:.4f}, min {self.min:.4f}, {100 * self.identical:.1f}% identical"
                 f"{note}")
@@ -120,23 +131,28 @@ class Agreement:
 class ExportArrays(NamedTuple):
     """What an export writes: ``tokens`` (the tokenizer's vocabulary in id order), ``rows``
     (``[V + 1, d]`` float32: a zero row, then our words' vectors with punctuation zeroed),
-    ``lowercase`` (whether the tokenizer lowercases), ``mapping`` (token id → row) and
-    ``table`` (how many tokens the sample's disagreements added)."""
+    ``lowercase`` and ``strip_accents`` (the tokenizer's normaliser), ``mapping`` (token id →
+    row) and ``table`` (how many tokens the sample table added)."""
 
     tokens: list[str]
     rows: np.ndarray
     lowercase: bool
     mapping: np.ndarray
-    table: int
+    table: int = 0
+    strip_accents: bool = False
+
+    def tokenizer(self) -> Any:
+        """The exported ``tokenizers.Tokenizer``."""
+        return export_tokenizer(self.tokens, self.lowercase, self.strip_accents)
 
 
 class Exported(str):
-    """The output path, with the :class:`Agreement` measured at export time as ``.agreement``."""
+    """The output path; ``.agreement`` is the :class:`Agreement` measured at export time."""
 
     agreement: Agreement | None = None
 
 
-def export_tokenizer(tokens: list[str], lowercase: bool) -> Any:
+def export_tokenizer(tokens: list[str], lowercase: bool, strip_accents: bool = False) -> Any:
     """A ``tokenizers.Tokenizer`` over ``tokens`` (``[UNK]`` first) with our normaliser and
     pre-tokeniser (module docstring)."""
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
@@ -147,6 +163,8 @@ def export_tokenizer(tokens: list[str], lowercase: bool) -> Any:
     steps = [normalizers.Replace(MARK, "")]
     if lowercase:
         steps.append(normalizers.Lowercase())
+    if strip_accents:
+        steps += [normalizers.NFD(), normalizers.StripAccents(), normalizers.NFC()]
     steps.append(normalizers.Replace(Regex(BOUNDARY), MARK))
     tok.normalizer = normalizers.Sequence(steps)
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -154,10 +172,30 @@ def export_tokenizer(tokens: list[str], lowercase: bool) -> Any:
     return tok
 
 
+def _strips_accents(model: StaticModel) -> bool:
+    """Whether the teacher strips accents before its subwords (uncased BERT), and at most 1% of
+    our words carry one (stripping merges ``café`` into ``cafe``)."""
+
+    def strips(spec: Any) -> bool:
+        if not isinstance(spec, dict):
+            return False
+        if spec.get("type") == "BertNormalizer":
+            accents = spec.get("strip_accents")
+            return bool(accents or (accents is None and spec.get("lowercase")))
+        return spec.get("type") == "StripAccents" or any(map(strips, spec.get("normalizers") or []))
+
+    if model.tokenizer is None:
+        return False
+    if not strips(json.loads(model.tokenizer.to_str()).get("normalizer")):
+        return False
+    return sum(unicodedata.normalize("NFD", w) != w for w in model.words) <= 0.01 * len(model)
+
+
 def _case_variants(word: str) -> list[str]:
-    """Forms of a lowercase word that swe's lowercased second lookup maps to it."""
+    """Forms of a lowercase word that swe's lowercased second lookup sends to it."""
     forms = {word[:1].upper() + word[1:], word.upper()}
-    return [f for f in forms if f != word and f.lower() == word and not any(c.isspace() for c in f)]
+    return sorted(f for f in forms if f != word and f.lower() == word
+                  and not any(c.isspace() for c in f))
 
 
 def _charset(model: StaticModel) -> list[str]:
@@ -167,143 +205,152 @@ def _charset(model: StaticModel) -> list[str]:
     return sorted(c for c in chars if not c.isspace() and c != MARK)
 
 
-def _teacher_initials(tokenizer: Any) -> set[str]:
-    """The teacher's word-initial tokens without their marker (WordPiece, Metaspace)."""
+def _teacher_initials(tokenizer: Any) -> list[str]:
+    """The teacher's word-initial subwords without their marker (WordPiece: those without
+    ``##``; sentencepiece: those with ``▁``); none for other tokenizers."""
     if tokenizer is None:
-        return set()
+        return []
     spec = json.loads(tokenizer.to_str())
     vocab = tokenizer.get_vocab()
     if spec["model"].get("type") == "WordPiece":
         cont = spec["model"].get("continuing_subword_prefix") or PREFIX
-        return {t for t in vocab if not t.startswith(cont)}
-    if "▁" in json.dumps(spec.get("pre_tokenizer")):
-        return {t[1:] for t in vocab if t.startswith("▁") and len(t) > 1}
-    return set()
+        return sorted(t for t in vocab if not t.startswith(cont))
+    if "▁" in json.dumps(spec.get("pre_tokenizer"), ensure_ascii=False):
+        return sorted(t[1:] for t in vocab if t.startswith("▁") and len(t) > 1)
+    return []
 
 
-OPT = {"short": True, "zero": False}
+def _row(model: StaticModel, form: str, prefixes: bool) -> int:
+    """The row (0: none) swe gives ``form`` as a whole word, else (``prefixes``) its longest
+    word prefix of at least ``PREFIX_MIN`` characters."""
+    i = model._find(form)
+    if i is None and prefixes:
+        i = model._prefix(form)
+    return 0 if i is None or is_punctuation(model.words[i]) else 1 + i
 
 
-def _base_vocabulary(model: StaticModel, lowercase: bool) -> dict[str, int]:
-    """Token → row (0: the zero row, 1 + i: word i) before the sample table."""
-    norm = export_tokenizer([UNK], lowercase).normalizer
-    vocab: dict[str, int] = {UNK: 0}
+def _base_vocabulary(model: StaticModel, lowercase: bool, strip: bool) -> dict[str, int]:
+    """Token → row (0: the zero row, 1 + i: word i), in token id order, before the table."""
+    norm = export_tokenizer([UNK], lowercase, strip).normalizer
     prefixes = model.oov == "prefix"
-    initials = _teacher_initials(model.tokenizer)
-    forms: list[tuple[str, int]] = []
-    for i, w in enumerate(model.words):
-        if MARK in w:
-            continue
-        row = 0 if is_punctuation(w) else 1 + i
-        forms.append((w, row))
-    if model.lowercase and not lowercase:  # a cased vocabulary: add our lowercased lookup
+    forms = [(w, 0 if is_punctuation(w) else 1 + i) for i, w in enumerate(model.words)
+             if MARK not in w]
+    if model.lowercase and not lowercase:  # a cased vocabulary: our lowercased second lookup
         known = set(model.words)
         forms += [(f, row) for w, row in list(forms) if w == w.lower()
                   for f in _case_variants(w) if f not in known]
-    for w, row in forms:  # vocabulary words first: they win over a variant of the same form
+    vocab: dict[str, int] = {UNK: 0}
+    for w, row in forms:  # our words first: they win over a variant that normalises alike
         marked = norm.normalize_str(w)
         vocab.setdefault(marked, row)
-        if (prefixes and len(w) >= PREFIX_MIN or OPT["short"] and w in initials) \
-                and marked.endswith(MARK):
+        if prefixes and len(w) >= PREFIX_MIN and marked.endswith(MARK):
             vocab.setdefault(marked[:-1], row)
-    if OPT["zero"]:
-        for t in initials:
-            marked = norm.normalize_str(t)
-            if marked.endswith(MARK):
-                vocab.setdefault(marked[:-1], 0)
+    # The teacher's word-initial subwords as prefixes, shortest first, each only where it
+    # changes what the greedy match picks (its row differs from its longest prefix's).
+    for t in sorted(_teacher_initials(model.tokenizer), key=len):
+        key = norm.normalize_str(t)[:-1]
+        if MARK in t or not key or key in vocab:
+            continue
+        row = _row(model, t, prefixes)
+        have = next((vocab[key[:n]] for n in range(len(key) - 1, 0, -1) if key[:n] in vocab), 0)
+        if row != have:
+            vocab[key] = row
     for c in [*_charset(model), MARK]:
         vocab.setdefault(PREFIX + c, 0)
     return vocab
 
 
-def _read_sample(lines: int, skip: int = 0) -> list[str]:
+@lru_cache(maxsize=1)
+def _sample() -> tuple[str, ...]:
+    """The shipped sample's non-empty lines."""
     with lzma.open(SAMPLE, "rt", encoding="utf-8") as f:
-        out = [line.strip() for _, line in zip(range(skip + lines), f, strict=False)]
-    return [s for s in out[skip:] if s]
+        return tuple(s for s in (line.strip() for line in f) if s)
 
 
-def _check_lines() -> list[str]:
-    with lzma.open(SAMPLE, "rt", encoding="utf-8") as f:
-        out = [line.strip() for line in f]
-    return [s for s in out[-CHECK_LINES:] if s]
+def check_lines() -> list[str]:
+    """The last :data:`CHECK_LINES` lines of :data:`SAMPLE`: agreement is measured on them, the
+    table never sees them."""
+    return list(_sample()[-CHECK_LINES:])
 
 
-def _table(model: StaticModel, vocab: dict[str, int], lowercase: bool, texts: list[str],
-           min_count: int) -> dict[str, int]:
-    """Whole-unit tokens for units of ``texts`` (seen ``min_count`` times or more) where the
-    greedy WordPiece over ``vocab`` disagrees with swe: marked unit → swe's row."""
-    counts = Counter(u for t in texts for u in words(t)
-                     if not is_punctuation(u) and not has_cjk(u) and MARK not in u)
-    tokens = list(vocab)  # token ids are insertion order; vocab's values are rows
-    ids = {t: i for i, t in enumerate(tokens)}
-    tok = export_tokenizer(tokens, lowercase)
-    rows = [vocab[t] for t in tokens]
+@lru_cache(maxsize=4)
+def _sample_units(lines: int) -> Counter:
+    """Word units (no punctuation, no CJK) of the first ``lines`` sample lines, counted; never
+    the :func:`check_lines`."""
+    texts = _sample()[:max(0, min(lines, len(_sample()) - CHECK_LINES))]
+    return Counter(u for t in texts for u in words(t)
+                   if not is_punctuation(u) and not has_cjk(u) and MARK not in u)
+
+
+def _table(model: StaticModel, vocab: dict[str, int], lowercase: bool, strip: bool,
+           counts: Counter, min_count: int) -> dict[str, int]:
+    """Whole-unit tokens for the units of ``counts`` (seen ``min_count`` times or more) on
+    which the WordPiece over ``vocab`` disagrees with swe: marked unit → swe's row. Units that
+    normalise alike (``café`` and ``cafe`` with accents stripped) get their majority's row."""
+    tok = export_tokenizer(list(vocab), lowercase, strip)
     norm, wordpiece = tok.normalizer, tok.model
-    table: dict[str, int] = {}
+    keys: dict[str, Counter] = {}
     for unit, n in counts.items():
-        if n < min_count:
+        keys.setdefault(norm.normalize_str(unit), Counter())[unit] += n
+    table: dict[str, int] = {}
+    for marked, units in keys.items():
+        if units.total() < min_count or len(marked) > MAX_UNIT_CHARS:
             continue
-        i = model._lookup(unit)
-        ours = 0 if i < 0 else 1 + i
-        marked = norm.normalize_str(unit)
-        pieces = wordpiece.tokenize(marked)
-        got = [rows[ids[p.value]] for p in pieces if p.value in ids]
-        got = [r for r in got if r]
-        if got != ([ours] if ours else []):
-            table[marked] = ours
+        votes: Counter = Counter()
+        for unit, n in units.items():
+            i = model._lookup(unit)
+            votes[0 if i < 0 else 1 + i] += n
+        row = votes.most_common(1)[0][0]
+        got = [r for r in (vocab[p.value] for p in wordpiece.tokenize(marked)) if r]
+        if got != ([row] if row else []):
+            table[marked] = row
     return table
 
 
 def export_arrays(model: StaticModel, table_lines: int = TABLE_LINES,
                   min_count: int = TABLE_MIN_COUNT) -> ExportArrays:
-    """The exported vocabulary, rows and token → row mapping (module docstring); the table
-    is built on the first ``table_lines`` lines of :data:`SAMPLE` (0: no table)."""
+    """The exported tokens, rows and token → row mapping (module docstring); the table is
+    built on the first ``table_lines`` lines of :data:`SAMPLE` (0: no table)."""
     lowercase = model.lowercase and all(w == w.lower() for w in model.words)
-    vocab = _base_vocabulary(model, lowercase)
-    table = (_table(model, vocab, lowercase, _read_sample(table_lines), min_count)
+    strip = _strips_accents(model)
+    vocab = _base_vocabulary(model, lowercase, strip)
+    table = (_table(model, vocab, lowercase, strip, _sample_units(table_lines), min_count)
              if table_lines else {})
     vocab.update(table)
     rows = np.zeros((1 + len(model), model.dim), dtype=np.float32)
     rows[1:] = model.vectors
-    for i, w in enumerate(model.words):
-        if is_punctuation(w):
-            rows[1 + i] = 0.0
-    return ExportArrays(list(vocab), rows, lowercase,
-                        np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab)), len(table))
+    rows[1:][[is_punctuation(w) for w in model.words]] = 0.0
+    mapping = np.fromiter(vocab.values(), dtype=np.int32, count=len(vocab))
+    return ExportArrays(list(vocab), rows, lowercase, mapping, len(table), strip)
 
 
-def encode_like_export(tok: Any, mapping: np.ndarray, rows: np.ndarray,
-                       texts: list[str]) -> np.ndarray:
+def encode_like_export(arrays: ExportArrays, texts: list[str], tok: Any = None) -> np.ndarray:
     """What model2vec and sentence-transformers compute from the exported files: the
-    L2-normalised mean of the mapped rows (zero vector when no token has a non-zero row)."""
-    out = np.zeros((len(texts), rows.shape[1]), dtype=np.float32)
+    L2-normalised mean of the mapped rows (a zero vector when every row is zero)."""
+    tok = tok or arrays.tokenizer()
+    out = np.zeros((len(texts), arrays.rows.shape[1]), dtype=np.float32)
     for j, enc in enumerate(tok.encode_batch(texts, add_special_tokens=False)):
-        r = mapping[np.asarray(enc.ids, dtype=np.int64)]
-        r = r[r > 0]
-        if r.size:
-            s = rows[r].sum(axis=0)
-            n = np.linalg.norm(s)
-            if n > 0:
-                out[j] = s / n
+        r = arrays.mapping[np.asarray(enc.ids, dtype=np.int64)]
+        s = arrays.rows[r[r > 0]].sum(axis=0)
+        n = np.linalg.norm(s)
+        if n > 0:
+            out[j] = s / n
     return out
 
 
 def agreement(model: StaticModel, arrays: ExportArrays, texts: list[str] | None = None,
-              source: str | None = None) -> Agreement:
-    """Cosine between ``model.encode`` and the exported files' sentence vectors on ``texts``
-    (default: the last :data:`CHECK_LINES` lines of :data:`SAMPLE`, which the table never
-    sees)."""
+              source: str = "texts") -> Agreement:
+    """Cosine between ``model.encode`` and :func:`encode_like_export` on ``texts`` (default:
+    :func:`check_lines`, English)."""
     if texts is None:
-        texts = _check_lines()
-        source = source or f"held-out lines of {SAMPLE.name} (English Wikipedia)"
-    tok = export_tokenizer(arrays.tokens, arrays.lowercase)
-    ours = model.encode(texts)
-    theirs = encode_like_export(tok, arrays.mapping, arrays.rows, texts)
+        texts, source = check_lines(), f"held-out lines of the English sample {SAMPLE.name}"
+    ours, theirs = model.encode(texts), encode_like_export(arrays, texts)
     a, b = np.linalg.norm(ours, axis=1) > 0, np.linalg.norm(theirs, axis=1) > 0
     cos = np.where(a & b, (ours * theirs).sum(1), np.where(a | b, 0.0, 1.0))
-    return Agreement(source=source or "texts", sentences=len(texts), mean=float(cos.mean()),
-                     min=float(cos.min()) if len(cos) else 1.0,
-                     identical=float((cos >= 0.9999).mean()) if len(cos) else 1.0,
+    if not len(cos):
+        cos = np.ones(1)
+    return Agreement(source=source, sentences=len(texts), mean=float(cos.mean()),
+                     min=float(cos.min()), identical=float((cos >= 0.9999).mean()),
                      zero_mismatch=int((a != b).sum()),
                      not_measured=[c for c in model.languages if c != "en"])
 
@@ -347,32 +394,38 @@ def _st_files(tok_json: bytes, arrays: ExportArrays) -> dict[str, bytes]:
 
 
 def _card(model: StaticModel, to: str, arrays: ExportArrays, agree: Agreement | None) -> bytes:
-    lines = [f"# swe model exported for {to}", "",
+    """The exported folder's README.md: what it is and the agreement measured."""
+    library = "model2vec" if to == "model2vec" else "sentence-transformers"
+    lines = ["---", f"library_name: {library}", "tags:", "- swe", "- static-embeddings", "---",
+             "", f"# swe model exported for {to}", "",
              f"A swe static word embedding model (V = {len(model):,} words, d = {model.dim}, "
              f"languages {', '.join(model.languages)}, teacher "
-             f"`{model.provenance.get('teacher')}`) written by `swe export --to {to}`. Its "
-             "`tokenizer.json` imitates swe's word rule (docs/export.md in swe).", "",
+             f"`{model.provenance.get('teacher')}`, out-of-vocabulary rule `{model.oov}`), "
+             f"written by `swe export --to {to}`. Its `tokenizer.json` imitates swe's word "
+             "rule (swe's docs/export.md).", "",
              "| | |", "|---|---|",
-             f"| tokens | {len(arrays.tokens):,} ({arrays.table:,} from the sample table) |",
-             f"| rows | {arrays.rows.shape[0]:,} (a zero row + the V word vectors) |",
-             f"| lowercase normaliser | {arrays.lowercase} |", f"| oov rule | {model.oov} |", "",
-             "## Agreement with swe", ""]
+             f"| tokens | {len(arrays.tokens):,} ({arrays.table:,} of them from the sample "
+             "table) |",
+             f"| rows | {arrays.rows.shape[0]:,}: a zero row, then the V word vectors |",
+             f"| normaliser | lowercase: {arrays.lowercase}, accents stripped: "
+             f"{arrays.strip_accents} |", "", "## Agreement with swe", ""]
     if agree is None:
         lines.append("Not measured at export time.")
     else:
-        lines += [f"Measured at export time on {agree.sentences:,} {agree.source}: the cosine "
-                  "between each sentence's swe vector and this export's.", "",
-                  "| mean cosine | min cosine | identical (cos ≥ 0.9999) | zero on one side only |",
-                  "|---|---|---|---|",
+        lines += [f"Measured at export time on {agree.sentences:,} {agree.source} (cosine "
+                  "between each text's swe vector and this export's):", "",
+                  "| mean cosine | min cosine | identical (cosine ≥ 0.9999) | zero vector on "
+                  "one side only |", "|---|---|---|---|",
                   f"| {agree.mean:.4f} | {agree.min:.4f} | {100 * agree.identical:.1f}% | "
                   f"{agree.zero_mismatch} |", ""]
         if agree.not_measured:
-            lines.append(f"Not measured for {', '.join(agree.not_measured)}: swe ships no sample "
-                         "text in that language.")
-    lines += ["", "What cannot be expressed exactly: the teacher's own split of a word no sample "
-              "unit showed (swe keeps the longest teacher-subword prefix that is a word; the "
-              "export the longest word prefix), mixed-case forms other than Capitalised and "
-              "UPPER, rare BlingFire word-splitting cases, and Chinese/Japanese runs.", ""]
+            lines += [f"Not measured for language {', '.join(agree.not_measured)}: swe ships "
+                      "no sample text in it.", ""]
+    lines += ["What the tokenizer cannot express exactly: the teacher's own split of a word that "
+              "the sample did not show (imitated exactly for a WordPiece teacher's first "
+              "subword, approximately for a sentencepiece one), mixed-case forms other than "
+              "Capitalised and UPPER, rare BlingFire word-splitting cases, and "
+              "Chinese/Japanese runs (swe splits them into teacher tokens).", ""]
     return "\n".join(lines).encode("utf-8")
 
 
@@ -385,9 +438,10 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
            table_lines: int = TABLE_LINES) -> Exported:
     """Write ``model`` (a path or a loaded model) to ``out`` in the ``to`` library's format
     (``model2vec`` or ``sentence-transformers``); returns ``out`` as an :class:`Exported`
-    string whose ``.agreement`` is the agreement with swe measured on the shipped sample
-    (``measure=False``: none), which is also passed to ``report`` (default ``print``) and
-    written to the folder's ``README.md``."""
+    string whose ``.agreement`` is the agreement with swe measured on held-out lines of the
+    shipped sample (``measure=False``: not measured, ``None``). The agreement also goes to
+    ``report`` (default ``print``; ``None``: silent) and into the folder's ``README.md``.
+    ``table_lines``: sample lines the table is built on (0: no table)."""
     if to not in TARGETS:
         raise ExportError(f"unknown export target {to!r}; choose one of {', '.join(TARGETS)}")
     out = os.fspath(out)
@@ -397,14 +451,15 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
     t0 = time.perf_counter()
     arrays = export_arrays(model, table_lines)
     agree = agreement(model, arrays) if measure else None
-    tok_json = export_tokenizer(arrays.tokens, arrays.lowercase).to_str().encode("utf-8")
+    tok_json = arrays.tokenizer().to_str().encode("utf-8")
     files = (_model2vec_files(model, tok_json, arrays) if to == "model2vec"
              else _st_files(tok_json, arrays))
     files["README.md"] = _card(model, to, arrays, agree)
     for name, data in files.items():
         storage.write_bytes(storage.join(out, name), data)
     if report is not None and agree is not None:
-        report(f"{agree.line()} ({time.perf_counter() - t0:.0f} s)")
+        report(f"{agree.line()} (export took {time.perf_counter() - t0:.1f} s; "
+               f"recorded in {storage.join(out, 'README.md')})")
     result = Exported(out)
     result.agreement = agree
     return result

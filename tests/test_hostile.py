@@ -392,3 +392,17 @@ def test_ids_of_different_types_are_refused_before_publishing(ray_session, tmp_p
         err = capsys.readouterr().err
         assert status == 2 and needle in err, err
         assert not (out / "_manifest.json").exists()
+
+
+def test_a_vocabulary_holding_unk_exports_a_loadable_model(tmp_path, minilm):
+    from model2vec import StaticModel as Model2Vec
+
+    from swe.export import export
+
+    words = ["the", "cat", "[UNK]", "sat", "mat"]
+    model = StaticModel.from_vectors(words, np.eye(5, 8, dtype=np.float32), tokenizer=minilm)
+    loaded = Model2Vec.from_pretrained(export(model, "model2vec", tmp_path / "m2v",
+                                              measure=False))
+    vectors = loaded.encode(["the cat sat", "an unknown zebra"])
+    np.testing.assert_allclose(vectors[0], model.encode("the cat sat"), atol=1e-6)
+    assert not vectors[1].any()  # unknown words stay zero rows, not the word [UNK]'s
