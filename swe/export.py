@@ -57,7 +57,7 @@ from safetensors.numpy import save as st_save
 
 from swe import storage
 from swe.model import PREFIX_MIN, StaticModel
-from swe.text import has_cjk, is_punctuation, words
+from swe.text import has_unspaced_script, is_punctuation, words
 
 __all__ = ["CHECK_LINES", "MARK", "SAMPLE", "TARGETS", "Agreement", "ExportArrays", "ExportError",
            "Exported", "agreement", "check_lines", "encode_like_export", "export",
@@ -279,7 +279,7 @@ def _sample_units(lines: int) -> Counter:
     the :func:`check_lines`."""
     texts = _sample()[:max(0, min(lines, len(_sample()) - CHECK_LINES))]
     return Counter(u for t in texts for u in words(t)
-                   if not is_punctuation(u) and not has_cjk(u) and MARK not in u)
+                   if not is_punctuation(u) and not has_unspaced_script(u) and MARK not in u)
 
 
 def _table(model: StaticModel, vocab: dict[str, int], lowercase: bool, strip: bool,

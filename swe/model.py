@@ -44,7 +44,15 @@ from swe.modelfiles import (
     ModelFolder,
     write_folder,
 )
-from swe.text import cjk_split, has_cjk, is_punctuation, language, strip_marker, unk_token, words
+from swe.text import (
+    has_unspaced_script,
+    is_punctuation,
+    language,
+    split_unspaced,
+    strip_marker,
+    unk_token,
+    words,
+)
 
 __all__ = ["DTYPES", "FORMAT_VERSION", "OOV_RULES", "PREFIX_MIN", "SCALES", "ModelFileError",
            "StaticModel", "dequantize_int8", "quantize_int8"]
@@ -205,9 +213,9 @@ class StaticModel:
 
     def _resolve(self, unit: str) -> int:
         """Resolution code of a surface form: an id, ``_SKIP``, or ``-2 - k`` for ``_multi[k]``."""
-        if not has_cjk(unit):
+        if not has_unspaced_script(unit):
             return self._lookup(unit)
-        units = cjk_split(unit, self.tokenizer, self._unk)
+        units = split_unspaced(unit, self.tokenizer, self._unk)
         ids = [i for i in map(self._lookup, units) if i >= 0]
         if len(ids) <= 1:
             return ids[0] if ids else _SKIP
@@ -225,7 +233,7 @@ class StaticModel:
         for w in words(text):
             if is_punctuation(w):
                 continue
-            units = cjk_split(w, self.tokenizer, self._unk) if has_cjk(w) else [w]
+            units = split_unspaced(w, self.tokenizer, self._unk) if has_unspaced_script(w) else [w]
             for u in units:
                 if not is_punctuation(u):
                     i = self._lookup(u)

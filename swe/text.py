@@ -30,12 +30,12 @@ if TYPE_CHECKING:
 __all__ = [
     "LANGUAGES",
     "Language",
-    "cjk_split",
     "clean",
-    "has_cjk",
+    "has_unspaced_script",
     "is_punctuation",
     "language",
     "split_sentences",
+    "split_unspaced",
     "strip_marker",
     "unit_keys",
     "units",
@@ -179,7 +179,7 @@ _UNSPACED = re.compile(
 )
 
 
-def has_cjk(word: str) -> bool:
+def has_unspaced_script(word: str) -> bool:
     """True when ``word`` holds a script written without spaces (Chinese, Japanese, Thai, Lao,
     Khmer, Myanmar, Tibetan): such a word is split into teacher tokens."""
     return _UNSPACED.search(word) is not None
@@ -196,7 +196,7 @@ def strip_marker(token: str) -> str:
     return token
 
 
-def cjk_split(word: str, tokenizer: Tokenizer | None, unk: str | None = None) -> list[str]:
+def split_unspaced(word: str, tokenizer: Tokenizer | None, unk: str | None = None) -> list[str]:
     """Split a word holding CJK script into teacher tokens (markers stripped, the unknown token
     ``unk`` dropped), or into characters when there is no tokenizer."""
     if tokenizer is None:
@@ -229,7 +229,7 @@ def units(text: str, lang: Language, tokenizer: Tokenizer | None = None,
     for w, a, b in word_spans(text):
         if is_punctuation(w):
             continue
-        if has_cjk(w):
+        if has_unspaced_script(w):
             if tokenizer is None:
                 pieces = [(c, a + i, a + i + 1) for i, c in enumerate(w)]
             else:
@@ -251,8 +251,8 @@ def unit_keys(text: str, lang: Language, tokenizer: Tokenizer | None = None,
     for w in words(text):
         if is_punctuation(w):
             continue
-        if has_cjk(w):
-            out.extend(p for p in cjk_split(w, tokenizer, unk) if not is_punctuation(p))
+        if has_unspaced_script(w):
+            out.extend(p for p in split_unspaced(w, tokenizer, unk) if not is_punctuation(p))
         else:
             out.append(w)
     return [k.lower() for k in out] if lang.lowercase else out

@@ -41,10 +41,11 @@ def test_cjk_detection_and_split(minilm):
 
     tok = Tokenizer.from_file(str(minilm / "tokenizer.json"))
     tok.no_padding()
-    assert text.has_cjk("北京") and text.has_cjk("です") and not text.has_cjk("Straße")
+    unspaced = text.has_unspaced_script
+    assert unspaced("北京") and unspaced("です") and not unspaced("Straße")
     assert text.words("我爱北京。") == ["我爱北京", "。"]  # BlingFire does not segment CJK
-    assert text.cjk_split("北京天安门", tok, "[UNK]") == ["北", "京", "天", "安"]
-    assert text.cjk_split("北京", None) == ["北", "京"]
+    assert text.split_unspaced("北京天安门", tok, "[UNK]") == ["北", "京", "天", "安"]
+    assert text.split_unspaced("北京", None) == ["北", "京"]
 
 
 def test_language_policy():
@@ -70,7 +71,8 @@ def test_every_ntrex_language_has_a_policy_and_its_tatoeba_code(data_dir):
     assert {"tha", "khm", "jpn", "zho-CN", "yue", "zh", "ja"} <= unspaced
     assert not text.language("deu").teacher_tokens and text.language("deu").lowercase
     # a Thai or Khmer word is split into teacher tokens, like Chinese
-    assert text.has_cjk("ภาษาไทย") and text.has_cjk("ភាសាខ្មែរ") and not text.has_cjk("Wörter")
+    unspaced = text.has_unspaced_script
+    assert unspaced("ภาษาไทย") and unspaced("ភាសាខ្មែរ") and not unspaced("Wörter")
 
 
 def test_unit_keys_match_units(minilm, data_dir):
