@@ -70,6 +70,8 @@ def _scratch(base: str, n: int) -> tuple[str, int]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from swe import storage
+
     scratch = tempfile.mkdtemp(prefix="swe-bx-")
     os.makedirs(os.path.join(scratch, "work"))
     for stage in ("corpus", "sentences", "vocab"):  # read only: linked, not copied
@@ -81,6 +83,12 @@ def _scratch(base: str, n: int) -> tuple[str, int]:
     parts = sorted(glob.glob(os.path.join(base, "work/selection/parts/*.parquet")))
     table = pa.concat_tables([pq.read_table(f) for f in parts]).slice(0, n)
     pq.write_table(table, os.path.join(sel, "parts", "en-bench.parquet"), row_group_size=4096)
+    marker = os.path.join(sel, "_DONE.json")  # its files are the scratch's now (sizes checked)
+    with open(marker) as f:
+        done = json.load(f)
+    done["files"] = {k: v for k, v in storage.file_sizes(sel).items() if k != "_DONE.json"}
+    with open(marker, "w") as f:
+        json.dump(done, f)
     return scratch, table.num_rows
 
 
