@@ -345,6 +345,6 @@ def test_all_input_files_empty(ray_session, tmp_path):
     src = tmp_path / "empty.txt"
     src.write_text("\n\n  \n")
     out = tmp_path / "out"
-    with pytest.raises(ValueError, match="no non-blank lines"):
-        build(_cfg(out, src))
+    with pytest.raises(ValueError, match=r"corpus\.en: its files hold no text .*empty\.txt"):
+        build(_cfg(out, src))  # refused by validation, before any work
     assert _done(out, "corpus") is None

@@ -109,7 +109,7 @@ def test_ray_data_is_quiet_unless_verbose(monkeypatch):
     monkeypatch.setitem(raysetup.console(), "verbose", False)
     raysetup._quiet_ray_data()
     assert not ctx.enable_progress_bars
-    assert console and all(h.level == logging.WARNING for h in console)
+    assert console and all(h.level == logging.CRITICAL for h in console)
 
 
 def test_build_and_encode_take_verbose():
