@@ -204,3 +204,22 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
     assert len(left) == 1 and not left & first_runs
     assert any("removing the checkpoints of an earlier refine run" in r.getMessage()
                for r in caplog.records)
+
+
+def test_refine_hash_names_the_optimizer_and_keeps_the_dense_runs_hash(tmp_path):
+    """Builds refined before ``refine.optimizer`` keep their hash under 'dense' (the default);
+    'sparse' trains differently and so hashes differently."""
+    from swe.build.stages import refine
+
+    def cfg(*extra):
+        return load_config("pipelines/configs/quickstart.toml",
+                           ["refine.objective='distill'", *extra], output=str(tmp_path),
+                           check_paths=False)
+
+    dense, sparse = cfg(), cfg("refine.optimizer='sparse'")
+    assert dense.refine.optimizer == "dense"
+    r = dense.refine
+    before = (r.batch_size, r.lr, r.clip, r.tau, r.max_steps, r.eval_every, r.patience,
+              r.workers, r.shuffle_buffer)  # the fields hashed before the option existed
+    assert refine.hash_fields(dense, "minilm") == before
+    assert refine.hash_fields(sparse, "minilm") == (*before, ("optimizer", "sparse"))

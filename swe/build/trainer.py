@@ -3,6 +3,22 @@ refinement data (the inference rule maps texts to rows), the objective's loss on
 ``embedding_bag`` student, Adam with clipping, validation every ``eval_every`` steps with early
 stopping, and checkpoints (current and best matrix, Adam moments, counters, history) that a
 restarted worker resumes from. The driver side is ``swe.build.stages.refine``.
+
+Two optimisers (``refine.optimizer``):
+
+- ``sparse`` (:class:`RowAdam`, :func:`_sparse_step`): the loss runs on the batch's distinct
+  rows only (a ``U x d`` copy, ``U`` <= the batch's words), so the gradient is ``U x d``;
+  several workers all_gather each other's row ids and gradient rows (padded to the largest
+  ``U``) and sum them into their union, so a step's compute and traffic follow the batch, not V.
+  Lazy Adam: the touched rows and their moments are updated exactly as dense Adam would; rows
+  the step did not touch keep their value and their moments (dense Adam would still move them
+  by their decaying momentum and decay their moments).
+- ``dense`` (:func:`_dense_step`): ``torch.optim.Adam`` over the whole ``V x d`` gradient,
+  all_reduced over the workers (the behaviour before the option existed).
+
+The hybrid loss's projection (``proj``) is dense and small under both; clipping is over the
+norm of every gradient (touched rows and ``proj``: the same norm as the dense one, whose other
+rows are zero). Both keep the same checkpoint layout (the weight's moments are ``V x d``).
 """
 
 from __future__ import annotations
@@ -18,7 +34,7 @@ import numpy as np
 
 from swe.model import StaticModel
 
-__all__ = ["Collate", "load_state", "train_loop"]
+__all__ = ["Collate", "RowAdam", "load_state", "train_loop"]
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -72,16 +88,21 @@ def _gather(x: Any, sizes: list[int], rank: int) -> Any:
     return torch.cat(parts)
 
 
-def _sizes(rows: int, world: int) -> list[int]:
-    """Rows of this step's batch on every worker."""
+def _counts(values: list[int], world: int) -> list[list[int]]:
+    """``values`` (counts of this step: rows, touched word rows) of every worker."""
     import torch
     import torch.distributed as dist
 
     if world == 1:
-        return [rows]
-    bufs = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(bufs, torch.tensor([rows], dtype=torch.int64))
-    return [int(b) for b in bufs]
+        return [list(values)]
+    bufs = [torch.zeros(len(values), dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(bufs, torch.tensor(values, dtype=torch.int64))
+    return [b.tolist() for b in bufs]
+
+
+def _sizes(rows: int, world: int) -> list[int]:
+    """Rows of this step's batch on every worker."""
+    return [c[0] for c in _counts([rows], world)]
 
 
 def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
@@ -241,6 +262,14 @@ def _train_batches(config: dict, collate: Collate, epoch: int, skip: int) -> Ite
 def _step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int,
           step: int) -> float | None:
     """One optimiser step on the global batch; ``None`` when it had fewer than 2 rows."""
+    if config.get("optimizer", "dense") == "sparse":
+        return _sparse_step(config, params, opt, batch, rank, step)
+    return _dense_step(config, params, opt, batch, rank, step)
+
+
+def _dense_step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int,
+                step: int) -> float | None:
+    """``refine.optimizer = 'dense'``: the ``V x d`` gradient, all_reduced, and Adam on it."""
     import torch
 
     world = config["world"]
@@ -259,7 +288,149 @@ def _step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int
     for group in opt.param_groups:
         group["lr"] = config["lr"] * _lr_factor(config, step)
     opt.step()
-    return float(loss)
+    return float(loss.detach())
+
+
+def _touched(batch: dict) -> tuple[Any, dict]:
+    """The batch's distinct word rows (sorted) and the batch with its ids renumbered to
+    positions among them."""
+    import torch
+
+    sides = [name for name in ("src", "tgt") if name in batch]
+    ids = torch.cat([batch[name][0] for name in sides])
+    rows, inverse = torch.unique(ids, return_inverse=True)
+    local, start = dict(batch), 0
+    for name in sides:
+        n = len(batch[name][0])
+        local[name] = (inverse[start:start + n], batch[name][1])
+        start += n
+    return rows, local
+
+
+def _union(ids: Any, grad: Any, counts: list[int]) -> tuple[Any, Any]:
+    """Every worker's touched rows and their gradient rows, summed over the workers into the
+    union of the rows (the same on every worker): two all_gathers of ``max(counts)`` ids and
+    gradient rows each, so the bytes follow the batch, not V."""
+    import torch
+    import torch.distributed as dist
+
+    n = max(counts)
+    pad_ids = ids.new_zeros(n)
+    pad_ids[:len(ids)] = ids
+    pad_grad = grad.new_zeros((n, grad.shape[1]))
+    pad_grad[:len(grad)] = grad
+    all_ids = [torch.empty_like(pad_ids) for _ in counts]
+    all_grads = [torch.empty_like(pad_grad) for _ in counts]
+    dist.all_gather(all_ids, pad_ids)
+    dist.all_gather(all_grads, pad_grad)
+    every = torch.cat([b[:c] for b, c in zip(all_ids, counts, strict=True)])
+    union, inverse = torch.unique(every, return_inverse=True)
+    rows = torch.cat([b[:c] for b, c in zip(all_grads, counts, strict=True)])
+    return union, grad.new_zeros((len(union), grad.shape[1])).index_add_(0, inverse, rows)
+
+
+def _clip(grads: list[Any], max_norm: float) -> None:
+    """Scale ``grads`` in place to a total norm of at most ``max_norm`` (as
+    ``torch.nn.utils.clip_grad_norm_``)."""
+    import torch
+
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+
+
+def _sparse_step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int,
+                 step: int) -> float | None:
+    """``refine.optimizer = 'sparse'``: the loss on a copy of the batch's rows, their gradient
+    rows exchanged with the other workers (``proj``'s all_reduced), lazy Adam on them."""
+    import torch
+
+    world, weight, proj = config["world"], params["weight"], params.get("proj")
+    ids, local = _touched(batch)
+    counts = _counts([batch["rows"], len(ids)], world)
+    sizes = [c[0] for c in counts]
+    if sum(sizes) < 2:
+        return None
+    ids = ids.to(weight.device)
+    rows = weight.detach()[ids].requires_grad_()
+    loss = _loss(config["objective"], rows, local, config["tau"], sizes if world > 1 else None,
+                 rank, proj, config.get("teacher_weight", 0.0), config.get("kd_weight", 0.0))
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+    if world > 1:
+        ids, grad = _union(ids, grad, [c[1] for c in counts])
+        if proj is not None:
+            torch.distributed.all_reduce(proj.grad)
+    _clip([grad] + ([proj.grad] if proj is not None else []), config["clip"])
+    for group in opt.param_groups:
+        group["lr"] = config["lr"] * _lr_factor(config, step)
+    opt.step([(weight, ids, grad)])
+    return float(loss.detach())
+
+
+class RowAdam:
+    """Adam (no weight decay) whose step updates given rows of a parameter, and nothing else of
+    it (lazy Adam); parameters given no rows step densely on their ``.grad`` (the projection).
+
+    On the rows it is given, one step is exactly ``torch.optim.Adam``'s (moments, bias
+    correction by the global step count, ``eps`` outside the corrected square root), so the two
+    agree when every row is touched at every step. A row left out keeps its value and its
+    moments; dense Adam would decay its moments and still move it by ``lr * m̂ / (√v̂ + eps)``.
+    ``state`` and ``param_groups`` have ``torch.optim.Adam``'s layout (``step``, ``exp_avg``,
+    ``exp_avg_sq`` per parameter), so checkpoints are the same."""
+
+    def __init__(self, params: list[Any], lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        self.param_groups = [{"params": list(params), "lr": lr, "betas": betas, "eps": eps}]
+        self.state: dict[Any, dict] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the dense parameters' ``.grad`` (as ``torch.optim.Optimizer.zero_grad``)."""
+        for p in self.param_groups[0]["params"]:
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+
+    def _moments(self, p: Any) -> dict:
+        import torch
+
+        if p not in self.state:
+            self.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
+                             "exp_avg_sq": torch.zeros_like(p)}
+        return self.state[p]
+
+    def step(self, rows: list[tuple[Any, Any, Any]] = ()) -> None:
+        """``rows``: ``(param, ids, grad)`` with distinct ``ids`` and ``grad`` of shape
+        ``[len(ids), ...]``: those rows step; the other parameters step on their ``.grad``."""
+        import torch
+
+        group = self.param_groups[0]
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        sparse = {id(p): (ids, grad) for p, ids, grad in rows}
+        with torch.no_grad():
+            for p in group["params"]:
+                ids, grad = sparse.get(id(p), (None, p.grad))
+                if grad is None:
+                    continue
+                state = self._moments(p)
+                state["step"] += 1
+                t = float(state["step"])
+                step_size, bc2_sqrt = lr / (1 - beta1 ** t), (1 - beta2 ** t) ** 0.5
+                if ids is None:
+                    m, v, w = state["exp_avg"], state["exp_avg_sq"], p
+                else:
+                    m, v, w = state["exp_avg"][ids], state["exp_avg_sq"][ids], p[ids]
+                m.lerp_(grad, 1 - beta1)
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                w.addcdiv_(m, (v.sqrt() / bc2_sqrt).add_(eps), value=-step_size)
+                if ids is not None:
+                    state["exp_avg"].index_copy_(0, ids, m)
+                    state["exp_avg_sq"].index_copy_(0, ids, v)
+                    p.index_copy_(0, ids, w)
 
 
 def _evaluate(config: dict, state: dict, weight: Any, best: Any, dev: list[dict],
@@ -310,7 +481,8 @@ def train_loop(config: dict) -> None:
     params = {"weight": weight}
     if config.get("teacher_weight", 0.0) > 0 and config["objective"] == "distill":
         params["proj"] = torch.nn.Parameter(_fit_projection(weight, dev))
-    opt = torch.optim.Adam(list(params.values()), lr=config["lr"])
+    adam = RowAdam if config.get("optimizer", "dense") == "sparse" else torch.optim.Adam
+    opt = adam(list(params.values()), lr=config["lr"])
     best = weight.detach().clone()
     state = {"step": 0, "epoch": 0, "pos": 0, "best_loss": None, "best_step": 0, "bad": 0,
              "history": [], "resumed_at": [], "train_rows": config["train_rows"],

@@ -3,7 +3,9 @@
 The student is the static model itself: a sentence vector is the mean of its word rows
 (``embedding_bag``), so the trained matrix drops straight back into a ``StaticModel``. Each
 worker reads the refinement data (texts + teacher embeddings, or translation pairs), maps texts
-to vocabulary rows with the same rule as inference, and runs Adam with gradient clipping.
+to vocabulary rows with the same rule as inference, and runs Adam with gradient clipping: on
+the whole matrix (``optimizer = "dense"``, the default, what every measured build used), or lazy
+Adam on the rows each batch touches, only those rows exchanged between workers (``sparse``).
 Every ``eval_every`` steps the validation loss is computed and reported; every
 ``checkpoint_every`` steps (and when training stops) a checkpoint (current and best matrix, Adam
 moments, counters, history) goes to the run's storage; a restarted worker or a rerun build
@@ -67,6 +69,12 @@ class RefineConfig:
     lr_schedule: str = field(default="constant", metadata={"choices": {
         "constant": "the paper's: lr throughout",
         "linear": "lr decays linearly to 0 at max_steps"}, "help": "the learning rate's schedule"})
+    optimizer: str = field(default="dense", metadata={"choices": {
+        "sparse": "lazy Adam on the rows a batch touches; workers exchange only those rows, so "
+                  "a step's time and traffic follow the batch, not V",
+        "dense": "Adam on the whole V x d matrix and its all_reduced gradient, as before the "
+                 "option: V x d per step"},
+        "help": "the word matrix's optimiser (docs/building.md#sparse-refinement)"})
     teacher_weight: float = field(default=0.0, metadata={
         "min": 0, "help": "distill: weight of a cosine-to-teacher term added to the relational "
                           "loss (the student through a learned linear map to the teacher's "
@@ -159,11 +167,15 @@ def needs(cfg: BuildConfig) -> tuple[str, ...]:
 
 def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     """The optimisation settings (resources and checkpoint cadence do not count; the later
-    settings only when not at their defaults, so earlier runs keep their hash)."""
+    settings only when not at the value earlier runs had, so those keep their hash). For
+    ``optimizer`` that value is ``dense``, not the default: a hash names what trained the
+    matrix, so a build refined before the option keeps its finished stage under
+    ``optimizer = 'dense'`` and is refined again (this stage alone) under ``sparse``."""
     r = cfg.refine
     later = tuple((k, v) for k, v, default in (("lr_schedule", r.lr_schedule, "constant"),
                                                ("teacher_weight", r.teacher_weight, 0.0),
-                                               ("kd_weight", r.kd_weight, 0.0))
+                                               ("kd_weight", r.kd_weight, 0.0),
+                                               ("optimizer", r.optimizer, "dense"))
                   if v != default)
     return (r.batch_size, r.lr, r.clip, r.tau, r.max_steps, r.eval_every, r.patience, r.workers,
             r.shuffle_buffer, *later)
@@ -236,6 +248,7 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
         train_loop_config={"init_model": init_model, "objective": refine.objective,
                            "batch_size": refine.batch_size, "lr": refine.lr,
                            "lr_schedule": refine.lr_schedule,
+                           "optimizer": refine.optimizer,
                            "teacher_weight": refine.teacher_weight,
                            "kd_weight": refine.kd_weight,
                            "clip": refine.clip, "tau": refine.tau,
