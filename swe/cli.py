@@ -62,6 +62,15 @@ def info(path: str) -> dict:
             "total_bytes": sum(f["bytes"] for f in files.values())}
 
 
+def _failed(error: Exception, mistakes: tuple[type, ...], urls: list[str]) -> int:
+    """Exit status 1 after one ``error:`` line for an error of ``mistakes`` (a user's mistake)
+    or an object store's own failure; anything else is re-raised."""
+    if isinstance(error, mistakes):
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return object_store_failure(error, urls)
+
+
 def _info_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swe info", formatter_class=HelpFormatter,
                                 description=LOCAL["info"] + "\n\nexample: swe info out/qs/model")
@@ -76,11 +85,8 @@ def _info_main(argv: list[str]) -> int:
 
     try:
         facts = info(args.model)
-    except (OSError, ModelFileError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # an object store's own errors; others re-raised
-        return object_store_failure(e, [args.model])
+    except Exception as e:  # one error line for a user's mistake or the object store
+        return _failed(e, (OSError, ModelFileError), [args.model])
     if args.json:
         print(json.dumps(facts, indent=2, ensure_ascii=False))
         return 0
@@ -123,11 +129,8 @@ def _reseal_main(argv: list[str]) -> int:
             StaticModel.load(args.model)  # what was sealed must load
             print(f"resealed {args.model}: config.json and {', '.join(names)}")
             return 0
-    except (OSError, ModelFileError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:
-        return object_store_failure(e, [args.model])
+    except Exception as e:  # one error line for a user's mistake or the object store
+        return _failed(e, (OSError, ModelFileError), [args.model])
     print(f"resealed the ensemble {args.model} and its {members} members")
     return 0
 
@@ -152,11 +155,8 @@ def _export_main(argv: list[str]) -> int:
 
     try:
         written = export(args.model, args.to, args.out)
-    except (OSError, ValueError, ExportError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:
-        return object_store_failure(e, [args.model, args.out])
+    except Exception as e:  # one error line for a user's mistake or the object store
+        return _failed(e, (OSError, ValueError, ExportError), [args.model, args.out])
     print(f"wrote {args.to} model to {written}")
     return 0
 
@@ -182,11 +182,8 @@ def _store_main(argv: list[str]) -> int:
     try:
         found = list_store(args.store) if args.action == "list" else prune(
             args.store, args.teacher, args.runtime, args.older_than_days)
-    except (OSError, StoreError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:
-        return object_store_failure(e, [args.store])
+    except Exception as e:  # one error line for a user's mistake or the object store
+        return _failed(e, (OSError, StoreError), [args.store])
     for ns in found:
         print(f"{'removed ' if args.action == 'prune' else ''}{ns['namespace']}  teacher "
               f"{ns['teacher_sha256'][:12]}  {ns['runtime']:9}  {ns['sentences']:,} sentences  "
