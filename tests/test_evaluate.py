@@ -84,6 +84,13 @@ def test_pair_retrieval_on_held_out_pairs(data_dir, glove, tmp_path):
     same = ev.pair_retrieval(glove, tmp_path / "same.parquet")
     assert same["acc"] > 95 and cross["pairs"] == 300 and cross["acc"] < 60
     assert cross["acc"] == (cross["acc_src_tgt"] + cross["acc_tgt_src"]) / 2
+    # A many-language dev set (train_data's 'pair' column) repeats each English sentence once
+    # per language: rows are searched within their pair, and the pairs' accuracies averaged.
+    pq.write_table(pa.table({"src": de + en, "tgt": en + en,
+                             "pair": ["en-de"] * 300 + ["en-en"] * 300}), tmp_path / "two.parquet")
+    two = ev.pair_retrieval(glove, tmp_path / "two.parquet")
+    assert two["language_pairs"] == 2 and two["pairs"] == 600
+    assert two["acc"] == pytest.approx((cross["acc"] + same["acc"]) / 2)
     pq.write_table(pa.table({"a": en}), tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match="'src' and 'tgt'"):
         ev.pair_retrieval(glove, tmp_path / "bad.parquet")

@@ -40,9 +40,10 @@ def tatoeba(encoder: Encoder, lang: str, root: str | os.PathLike) -> dict[str, f
             f"acc_eng_{lang}": acc_e2x, "f1": 100 * macro_f1(gold, x2e)}
 
 
-def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str]]:
+def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str], list[str]]:
     """Aligned ``src``/``tgt`` columns of a Parquet file or folder of them (e.g. a build's
-    held-out ``work/train_data/dev``), files in name order."""
+    held-out ``work/train_data/dev``), files in name order, and each row's ``pair`` (its
+    language pair, as train_data writes it; ``""`` where the files have no such column)."""
     import pyarrow as pa
 
     from swe import storage
@@ -51,18 +52,31 @@ def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str]]:
     if not files:
         raise FileNotFoundError(f"no Parquet files in {path}")
     try:
-        t = pa.concat_tables([storage.read_parquet(u, ["src", "tgt"]) for u in files])
+        tables = [storage.read_parquet(u) for u in files]
+        t = pa.concat_tables([x.select(["src", "tgt"]) for x in tables])
     except (KeyError, pa.ArrowInvalid) as e:
         raise ValueError(f"{path}: pairs need 'src' and 'tgt' columns ({e})") from None
-    return t.column("src").to_pylist(), t.column("tgt").to_pylist()
+    groups = [x.column("pair").to_pylist() if "pair" in x.column_names else [""] * len(x)
+              for x in tables]
+    return t.column("src").to_pylist(), t.column("tgt").to_pylist(), sum(groups, [])
 
 
 def pair_retrieval(encoder: Encoder, path: str | os.PathLike) -> dict[str, float]:
     """Retrieval on aligned pairs: accuracy × 100 of ``src`` → ``tgt`` and back, and their mean
-    (``acc``): the held-out dev signal for cross-lingual choices, never Tatoeba."""
-    src, tgt = read_pairs(path)
+    (``acc``): the held-out dev signal for cross-lingual choices, never Tatoeba.
+
+    Rows are searched among the rows of their own language pair (the ``pair`` column), and
+    the accuracies are averaged over pairs: a many-language dev set repeats each English
+    sentence once per language, so one search over all rows would have many right answers."""
+    src, tgt, pair = read_pairs(path)
     es, et = encoder.encode(src), encoder.encode(tgt)
-    gold = np.arange(len(src))
-    s2t = 100 * float(np.mean(top_k(es, et, 1)[1][:, 0] == gold))
-    t2s = 100 * float(np.mean(top_k(et, es, 1)[1][:, 0] == gold))
-    return {"acc": (s2t + t2s) / 2, "acc_src_tgt": s2t, "acc_tgt_src": t2s, "pairs": len(src)}
+    pair_arr = np.asarray(pair, dtype=object)
+    s2t, t2s = [], []
+    for key in sorted(set(pair)):
+        rows = np.flatnonzero(pair_arr == key)
+        gold = np.arange(len(rows))
+        s2t.append(100 * float(np.mean(top_k(es[rows], et[rows], 1)[1][:, 0] == gold)))
+        t2s.append(100 * float(np.mean(top_k(et[rows], es[rows], 1)[1][:, 0] == gold)))
+    a, b = float(np.mean(s2t)), float(np.mean(t2s))
+    return {"acc": (a + b) / 2, "acc_src_tgt": a, "acc_tgt_src": b, "pairs": len(src),
+            "language_pairs": len(s2t)}
