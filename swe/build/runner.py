@@ -10,6 +10,7 @@ config (``swe.build.config.config_class``), and it reads other stages' work only
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -47,6 +48,7 @@ class StageResult:
 
     seconds: float = 0.0
     warnings: list[str] = dataclasses.field(default_factory=list)
+    driver_peak_mib: int = 0  # the driver's peak RSS during the stage (Linux; 0 elsewhere)
 
     def to_json(self) -> dict[str, Any]:
         """The result as written to ``_DONE.json``."""
@@ -64,7 +66,7 @@ class StageResult:
     def summary(self) -> dict[str, Any]:
         """The result without shard lists, seconds and warnings, for logs."""
         return {k: v for k, v in self.to_json().items()
-                if k not in ("shards", "seconds", "warnings")}
+                if k not in ("shards", "seconds", "warnings", "driver_peak_mib")}
 
     def headline(self) -> str:
         """The result in a few words for the log: its main count, the other counts in
@@ -145,16 +147,33 @@ def _run(stage: Stage, ctx: BuildContext, st: StageDir,
     st.clear_if_stale()
     log.info("[%s] start", stage.NAME)
     start = time.perf_counter()
+    _reset_peak_rss()
     result = stage.run(ctx, st, done)
     result = dataclasses.replace(result, seconds=round(time.perf_counter() - start, 2),
-                                 warnings=list(st.warnings))
+                                 warnings=list(st.warnings), driver_peak_mib=_peak_rss_mib())
     ctx.check_lease()
     st.write_marker(result.to_json())
     text, unit, count = describe(result.summary())
     speed = f", {rate(count, result.seconds, unit)}" if unit and count else ""
-    log.info("[%s] done: %s in %s%s", stage.NAME, text, duration(result.seconds), speed)
+    peak = f", driver peak {result.driver_peak_mib:,} MiB" if result.driver_peak_mib else ""
+    log.info("[%s] done: %s in %s%s%s", stage.NAME, text, duration(result.seconds), speed, peak)
     log.debug("[%s] %s", stage.NAME, result.summary())
     return result
+
+
+def _reset_peak_rss() -> None:
+    """Start the driver's peak-RSS mark (Linux ``VmHWM``) afresh, so each stage reports its own."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _peak_rss_mib() -> int:
+    """The driver's peak RSS since :func:`_reset_peak_rss`, in MiB (0 where not Linux)."""
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) // 1024
+    return 0
 
 
 # How a result's fields read in its log line, by field name: (phrase, unit of its rate). The
