@@ -110,6 +110,17 @@ def test_resume_after_interruption_gives_the_same_model(tmp_path, corpus_lines):
     assert third["pca"].dropped_top == 0
     assert json.loads((out / "work" / "extraction" / "_DONE.json").read_text())
 
+    # A moved output is self-contained: its markers name work files relative to the output, so
+    # with the original gone, a changed selection reads the moved folder's sentence shards.
+    assert str(out) not in (out / "work" / "sentences" / "_DONE.json").read_text()
+    moved = tmp_path / "moved"
+    shutil.move(out, moved)
+    fourth = build(_cfg(str(moved), str(src), ["pca.abtt=false", "selection.n=3"]),
+                   until="selection")
+    assert all(s["path"].startswith(str(moved))
+               for v in fourth["sentences"].shards.values() for s in v)
+    assert fourth["selection"].naive_encodes < first["selection"].naive_encodes
+
 
 def test_model2vec_mode(tmp_path, corpus_lines):
     src = tmp_path / "corpus.txt"

@@ -3,7 +3,8 @@
 A stage's ``_DONE.json`` holds the hash of the config that produced it (chained through every
 upstream stage) and its result; a rerun skips a stage whose marker matches. Long stages also write
 ``_shards/<id>.json`` markers, so a killed stage resumes shard by shard. Outputs are written before
-their marker, so a marker never points at partial output.
+their marker, so a marker never points at partial output. Paths inside the output are recorded
+relative to it (``$OUTPUT/work/…``), so a copied or moved output is self-contained.
 """
 
 from __future__ import annotations
@@ -49,6 +50,37 @@ def _read_marker(url: str) -> dict | None:
     return m if isinstance(m, dict) else {}
 
 
+#: How a path inside the build's output is written in a marker: relative to the output, so a
+#: copied or moved output reads its own work files, never the original's.
+OUTPUT = "$OUTPUT"
+
+
+def _portable(value: Any, root: str) -> Any:
+    """``value`` with every string under ``root`` written as ``$OUTPUT/…``."""
+    if isinstance(value, str):
+        if value == root or value.startswith(root + "/"):
+            return OUTPUT + value[len(root):]
+        return value
+    if isinstance(value, dict):
+        return {k: _portable(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_portable(v, root) for v in value]
+    return value
+
+
+def _located(value: Any, root: str) -> Any:
+    """``value`` with every ``$OUTPUT/…`` string resolved against ``root`` (the inverse)."""
+    if isinstance(value, str):
+        if value == OUTPUT or value.startswith(OUTPUT + "/"):
+            return root + value[len(OUTPUT):]
+        return value
+    if isinstance(value, dict):
+        return {k: _located(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_located(v, root) for v in value]
+    return value
+
+
 @dataclasses.dataclass
 class StageDir:
     """One stage's work directory, config hash, markers and the warnings it records."""
@@ -57,6 +89,11 @@ class StageDir:
     name: str
     config_hash: str
     warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def root(self) -> str:
+        """The build's output, as paths under it begin."""
+        return self.output.rstrip("/")
 
     @property
     def dir(self) -> str:
@@ -84,7 +121,7 @@ class StageDir:
             log.warning("[%s] %s since the stage finished: redoing the stage", self.name, damage)
             storage.remove_tree(self.dir)
             return None
-        return marker.get("stats", {})
+        return _located(marker.get("stats", {}), self.root)
 
     def _damage(self, recorded: Any) -> str:
         """What differs between the stage's files now and ``recorded`` (``{}``: a marker
@@ -105,7 +142,8 @@ class StageDir:
         its directory (checked when the stage is reused)."""
         files = {n: s for n, s in storage.file_sizes(self.dir).items() if n != "_DONE.json"}
         storage.write_bytes(self.path("_DONE.json"), json.dumps(
-            {"config_hash": self.config_hash, "stats": stats, "files": files}, indent=2).encode())
+            {"config_hash": self.config_hash, "stats": _portable(stats, self.root),
+             "files": files}, indent=2).encode())
 
     def warn(self, message: str) -> None:
         """Log a warning and record it under ``warnings`` in the stage's ``_DONE.json``."""
@@ -115,12 +153,13 @@ class StageDir:
     def shard_done(self, shard: str) -> dict | None:
         """A finished shard's recorded stats (same config), else ``None``."""
         m = _read_marker(self.path("_shards", f"{shard}.json"))
-        return m if m and m.get("config_hash") == self.config_hash else None
+        return _located(m, self.root) if m and m.get("config_hash") == self.config_hash else None
 
     def mark_shard(self, shard: str, stats: dict) -> None:
         """Record one finished shard."""
         storage.write_bytes(self.path("_shards", f"{shard}.json"),
-                            json.dumps({"config_hash": self.config_hash, **stats}).encode())
+                            json.dumps({"config_hash": self.config_hash,
+                                        **_portable(stats, self.root)}).encode())
 
     def clear_if_stale(self) -> None:
         """Remove the stage's outputs when a different config produced them."""
