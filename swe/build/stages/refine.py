@@ -22,13 +22,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.outputs import train_dev_urls
 from swe.build.runner import Section, StageResult
-from swe.build.trainer import load_state, train_loop
+from swe.build.tasks import MiB, remote
+from swe.build.trainer import train_loop
 from swe.model import StaticModel
 from swe.resources import Request
 
@@ -186,9 +185,16 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     r = ctx.cfg.refine
     runs, name = r.storage or st.path("runs"), f"refine-{st.config_hash}"
     _remove_other_runs(runs, name)
-    best, state = run_training(ctx.path("step2"), train_dev_urls(ctx), runs, name, r,
-                               ctx.cfg.seed, done["train_data"].train_rows)
-    ctx.save_step("step3", StaticModel.load(ctx.path("step2")).words, best)
+    import ray
+
+    checkpoint, state = run_training(ctx.path("step2"), train_dev_urls(ctx), runs, name, r,
+                                     ctx.cfg.seed, done["train_data"].train_rows)
+    rows = done["extraction"].words * (ctx.cfg.pca.dim or 1024) * 4
+    save = remote(save_best, 512 * MiB + 6 * rows, "refine (save step 3)", "vocab.size")
+    ray.get(save.remote(checkpoint, ctx.path("step2"), ctx.teacher, ctx.cfg.languages,
+                        ctx.provenance("step3"), ctx.cfg.oov,
+                        [ctx.path("step3"), ctx.path("model")]))
+    ctx.write_cards()
     curves = ctx.path("refinement")
     storage.write_bytes(storage.join(curves, "history.json"),
                         json.dumps(state, indent=1).encode())
@@ -232,8 +238,8 @@ def _datasets(train_url: str, dev_url: str) -> dict[str, Any]:
 
 
 def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_name: str,
-                 refine: RefineConfig, seed: int, train_rows: int) -> tuple[np.ndarray, dict]:
-    """Run (or resume) the Ray Train job; returns ``(best matrix, final state)``."""
+                 refine: RefineConfig, seed: int, train_rows: int) -> tuple[Any, dict]:
+    """Run (or resume) the Ray Train job; returns ``(last checkpoint, final state)``."""
     from ray.data import ExecutionOptions
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -269,9 +275,26 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
     result = trainer.fit()
     if result.checkpoint is None:
         raise RuntimeError("refinement finished without a checkpoint: no evaluation ran")
-    with result.checkpoint.as_directory() as d:
-        tensors, state = load_state(d)
-    return tensors["best"].float().numpy(), state
+    ckpt = result.checkpoint
+    with ckpt.filesystem.open_input_stream(f"{ckpt.path}/state.json") as f:
+        return ckpt, json.loads(f.read())
+
+
+def save_best(checkpoint: Any, step2: str, teacher: str, languages: list[str],
+              provenance: dict, oov: str, destinations: list[str]) -> None:
+    """In a task: the checkpoint's best matrix (read alone from its safetensors file) with
+    step 2's words, saved to each destination; the driver never holds a V × d matrix."""
+    import os
+
+    from safetensors import safe_open
+
+    with checkpoint.as_directory() as d, \
+            safe_open(os.path.join(d, "state.safetensors"), framework="pt") as f:
+        best = f.get_tensor("best").float().numpy()
+    model = StaticModel.from_vectors(StaticModel.load(step2).words, best, tokenizer=teacher,
+                                     language=languages, provenance=provenance, oov=oov)
+    for dst in destinations:
+        model.save(dst)
 
 
 def plot_history(state: dict, url: str) -> None:
