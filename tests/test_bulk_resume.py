@@ -19,7 +19,7 @@ from test_bulk import small_glove
 from swe.bulk import read_manifest, read_output
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES, ROWS, PART = 4, 30_000, 6_000
+FILES, ROWS, PART = 4, 12_000, 2_400  # 20 parts of 2,400 rows
 
 
 def _kill_group(pgid: int) -> None:

@@ -50,32 +50,42 @@ def _digests(model_dir):
 
 @pytest.fixture(scope="module")
 def cold(tmp_path_factory, corpus):
-    """A build into an empty store: its result, step-1 digests and the store."""
+    """A build into an empty store: its result, step-1 digests, the store and the output."""
     root = tmp_path_factory.mktemp("store-cold")
     result = _build(root / "out", corpus, root / "store")
-    return result, _digests(root / "out" / "step1"), root / "store"
+    return result, _digests(root / "out" / "step1"), root / "store", root / "out"
+
+
+def _seeded(cold, dst: Path) -> Path:
+    """``dst`` holding the cold build's finished stages before extraction (reused as they are:
+    same config, same corpus), so a build into it runs the extraction stage, the one that reads
+    and writes the store, without repeating corpus, vocabulary and selection."""
+    shutil.copytree(cold[3], dst, ignore=shutil.ignore_patterns("extraction", "step1"))
+    return dst
 
 
 def test_warm_store_serves_everything_and_gives_the_same_model(tmp_path, corpus, cold):
-    result, digests, store = cold
+    result, digests, store, _ = cold
     assert result.teacher_passes == result.sentences > 0 and result.store_hits == 0
     assert result.store_bytes > 0
     [ns] = list_store(str(store))
     assert ns["sentences"] == result.teacher_passes and ns["runtime"] == "onnx-int8"
-    warm = _build(tmp_path / "warm", corpus, store)
+    warm = _build(_seeded(cold, tmp_path / "warm"), corpus, store)
     assert warm.teacher_passes == 0 and warm.store_hits == result.teacher_passes
     assert _digests(tmp_path / "warm" / "step1") == digests
 
     # A larger V pays only for the sentences its new words bring.
     shutil.copytree(store, tmp_path / "grown-store")
-    grown = _build(tmp_path / "grown", corpus, tmp_path / "grown-store", size=300)
-    fresh = _build(tmp_path / "fresh", corpus, tmp_path / "fresh-store", size=300)
+    grown = _build(_seeded(cold, tmp_path / "grown"), corpus, tmp_path / "grown-store",
+                   size=200)
+    fresh = _build(_seeded(cold, tmp_path / "fresh"), corpus, tmp_path / "fresh-store",
+                   size=200)
     assert grown.store_hits > 0 and grown.teacher_passes == fresh.teacher_passes - grown.store_hits
     assert _digests(tmp_path / "grown" / "step1") == _digests(tmp_path / "fresh" / "step1")
 
 
 def test_a_damaged_row_and_a_cut_file_are_encoded_again(tmp_path, corpus, cold):
-    result, digests, source = cold
+    result, digests, source, _ = cold
     store = tmp_path / "store"
     shutil.copytree(source, store)
     files = sorted(store.rglob("*.parquet"))
@@ -86,7 +96,7 @@ def test_a_damaged_row_and_a_cut_file_are_encoded_again(tmp_path, corpus, cold):
                      pa.array([bytes(vec), *t.column("vectors").to_pylist()[1:]], pa.binary()))
     pq.write_table(t, files[0])
     files[1].write_bytes(files[1].read_bytes()[:100])  # a write cut short
-    again = _build(tmp_path / "again", corpus, store)
+    again = _build(_seeded(cold, tmp_path / "again"), corpus, store)
     assert 1 <= again.teacher_passes < result.teacher_passes
     assert any("encoded again" in w for w in again.warnings)
     assert _digests(tmp_path / "again" / "step1") == digests
@@ -94,8 +104,8 @@ def test_a_damaged_row_and_a_cut_file_are_encoded_again(tmp_path, corpus, cold):
 
 def test_a_build_killed_while_writing_the_store_resumes_to_the_same_model(tmp_path, corpus,
                                                                           cold):
-    result, digests, _ = cold
-    store, out = tmp_path / "store", tmp_path / "killed"
+    result, digests, _, _ = cold
+    store, out = tmp_path / "store", _seeded(cold, tmp_path / "killed")
     sets = [a for s in _small(corpus, store) for a in ("--set", s)]
     cmd = [sys.executable, str(ROOT / "pipelines/build.py"), "--config",
            str(ROOT / "pipelines/configs/quickstart.toml"), "--output", str(out), *sets,
@@ -122,7 +132,7 @@ def test_a_build_killed_while_writing_the_store_resumes_to_the_same_model(tmp_pa
 def test_two_builds_writing_one_store_at_once(tmp_path, corpus, cold):
     """Concurrent writers never clobber each other: both builds finish with the cold model, and
     a third build finds every sentence."""
-    result, digests, _ = cold
+    result, digests, _, _ = cold
     store = tmp_path / "store"
     env = {**os.environ, "RAY_ADDRESS": ""}
     procs = []
@@ -130,14 +140,15 @@ def test_two_builds_writing_one_store_at_once(tmp_path, corpus, cold):
         sets = [a for s in _small(corpus, store) for a in ("--set", s)]
         procs.append(subprocess.Popen(
             [sys.executable, str(ROOT / "pipelines/build.py"), "--config",
-             str(ROOT / "pipelines/configs/quickstart.toml"), "--output", str(tmp_path / name),
+             str(ROOT / "pipelines/configs/quickstart.toml"), "--output",
+             str(_seeded(cold, tmp_path / name)),
              *sets, "--until", "extraction"], env=env, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True))
     for p in procs:
         assert p.wait(timeout=600) == 0, p.stderr.read()
     for name in ("a", "b"):
         assert _digests(tmp_path / name / "step1") == digests
-    third = _build(tmp_path / "c", corpus, store)
+    third = _build(_seeded(cold, tmp_path / "c"), corpus, store)
     assert third.teacher_passes == 0 and third.store_hits == result.teacher_passes
 
 

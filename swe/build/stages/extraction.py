@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -158,16 +159,18 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     sizes = [done["vocab"].sizes[lang] for lang in ctx.cfg.languages]
     total, p = sum(sizes), partitions(ctx.cfg, sum(sizes))
     offsets = dict(zip(ctx.cfg.languages, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
+    attempt = uuid.uuid4().hex[:12]  # this run's folders: a killed run's writers never reach them
     served: dict[str, int] = {}
     if ctx.cfg.extraction.mode == "model2vec":
         waves = _model2vec_waves(ctx)
     elif ctx.store is not None:
-        served, misses = _serve_from_store(ctx, st, offsets, total, p)
+        served, misses = _serve_from_store(ctx, st, offsets, total, p, attempt)
         waves = _sentence_waves(ctx, misses)
     else:
         waves = _sentence_waves(ctx, selected_parts(ctx))
-    stats = _extract(ctx, st, offsets, total, p, waves)
-    sources = [f"wave{w:05d}" for w in range(len(waves))] + (["store"] if served else [])
+    stats = _extract(ctx, st, offsets, total, p, waves, attempt)
+    sources = [_wave_dir(st, w) for w in range(len(waves))] + \
+        ([f"store-{attempt}"] if served else [])
     reduce = remote(reduce_sums, 256 * MiB + (total // p + 1) * 4096 * 3, "extraction (reduce)",
                     "extraction.partitions")
     reduced = run_sharded(st, [(f"reduce-{k:04d}", lambda k=k: reduce.remote(
@@ -177,6 +180,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     (words,) = run_sharded(st, [("assemble", lambda: assemble.remote(
         st.dir, p, _vocab_urls(ctx), ctx.teacher, ctx.provenance("step1"), ctx.path("step1"),
         ctx.cfg.oov))])
+    _drop_stale(st, sources)  # what a killed run's orphaned actors wrote meanwhile
     if ctx.store is not None:
         from swe.build.store import size
 
@@ -196,23 +200,27 @@ def _vocab_urls(ctx: BuildContext) -> dict[str, str]:
 
 
 def _serve_from_store(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int,
-                      p: int) -> tuple[dict[str, int], list[str]]:
+                      p: int, attempt: str) -> tuple[dict[str, int], list[str]]:
     """Look every selected sentence up in the store, bucket by bucket in tasks; sums and
     targets of the stored ones are written like the actors' own. The store is the resume state:
-    a rerun after a kill starts over here and finds what the killed run stored."""
+    a rerun after a kill starts over here (in folders named by ``attempt``) and finds what the
+    killed run stored."""
     from swe.build.store import BUCKETS
     from swe.build.store_lookup import lookup_bucket, split_requests
 
     for sub in ("req", "miss", "sums", "targets", "_shards"):
         storage.remove_tree(st.path(sub))
+    req = st.path("req", attempt)
     split = remote(split_requests, 512 * MiB, "extraction (store keys)", "selection parts")
-    run_sharded(st, [(f"keys-{i:05d}", lambda u=u: split.remote(u, st.path("req")))
+    run_sharded(st, [(f"keys-{i:05d}", lambda u=u: split.remote(u, req))
                      for i, u in enumerate(selected_parts(ctx))])
     lookup = remote(lookup_bucket, 1024 * MiB, "extraction (store lookup)", "extraction.store")
-    targets = storage.join(targets_url(st.dir), "store") if writes_targets(ctx.cfg) else None
+    targets = storage.join(targets_url(st.dir), f"store-{attempt}") \
+        if writes_targets(ctx.cfg) else None
+    miss = st.path("miss", attempt)
     found = run_sharded(st, [(f"lookup-{k:x}", lambda k=k: lookup.remote(
-        k, st.path("req"), ctx.store, _vocab_urls(ctx), offsets, total, p,
-        st.path("sums", "store"), targets, st.path("miss", f"b{k:x}.parquet")))
+        k, req, ctx.store, _vocab_urls(ctx), offsets, total, p,
+        st.path("sums", f"store-{attempt}"), targets, storage.join(miss, f"b{k:x}.parquet")))
         for k in range(BUCKETS)])
     hits, misses = sum(r["hits"] for r in found), sum(r["misses"] for r in found)
     bad_rows, bad_files = sum(r["bad_rows"] for r in found), sum(r["bad_files"] for r in found)
@@ -222,7 +230,7 @@ def _serve_from_store(ctx: BuildContext, st: StageDir, offsets: dict[str, int], 
                 "failing their checksum: those sentences are encoded again")
     log.info("[extraction] store: %d of %d sentences already encoded, %d to encode", hits,
              hits + misses, misses)
-    urls = [st.path("miss", f"b{k:x}.parquet") for k, r in enumerate(found) if r["misses"]]
+    urls = [storage.join(miss, f"b{k:x}.parquet") for k, r in enumerate(found) if r["misses"]]
     return {"store_hits": hits}, urls
 
 
@@ -268,8 +276,30 @@ def _sentence_waves(ctx: BuildContext, urls: list[str]) -> list[Wave]:
     return waves
 
 
+def _wave_dir(st: StageDir, w: int) -> str:
+    """The folder (under ``sums/`` and ``targets/``) of finished wave ``w``: the one its marker
+    names (a marker written before attempts were named: ``wave<w>``)."""
+    done = st.shard_done(f"wave-{w:05d}") or {}
+    return done.get("dir", f"wave{w:05d}")
+
+
+def _drop_stale(st: StageDir, keep: list[str]) -> None:
+    """Remove the folders under ``sums/`` and ``targets/`` that no finished wave of this run
+    names: a killed attempt's, including files its orphaned actors wrote after the kill (a
+    killed driver's actors live on for a moment and finish their batch)."""
+    for sub in (st.path("sums"), targets_url(st.dir)):
+        fs, path = storage.filesystem(sub)
+        fs.invalidate_cache()
+        if not fs.exists(path):
+            continue
+        for entry in fs.ls(path, detail=False):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            if name not in keep:
+                storage.remove_tree(storage.join(sub, name))
+
+
 def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int, p: int,
-             waves: list[Wave]) -> dict:
+             waves: list[Wave], attempt: str) -> dict:
     """Run the unfinished waves through the teacher actor pool (one progress line with an
     ETA over all of them); mark each when every one of its parts' sentences is accounted for."""
     import ray
@@ -296,7 +326,7 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
     busy: dict[str, float] = {}
     try:
         for w in todo:
-            _wave(st, w, waves, pool, progress, busy)
+            _wave(st, w, waves, pool, progress, busy, f"wave{w:05d}-{attempt}")
     finally:
         progress.close()
     secs = time.perf_counter() - t0
@@ -309,18 +339,19 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
 
 
 def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progress,
-          busy: dict[str, float]) -> None:
+          busy: dict[str, float], name: str) -> None:
     """Wave ``w``: one Ray Data job over the actor pool (``pool``: its ``map_batches``
-    arguments); its marker once every sentence of its parts is accounted for."""
+    arguments) writing into folders ``name`` (new to this run); its marker, naming them, once
+    every sentence of its parts is accounted for."""
     expected, make = waves[w]
-    out = st.path("sums", f"wave{w:05d}")
-    storage.remove_tree(out)  # a killed attempt's files
-    storage.remove_tree(storage.join(targets_url(st.dir), f"wave{w:05d}"))
+    out = st.path("sums", name)
+    storage.remove_tree(out)
+    storage.remove_tree(storage.join(targets_url(st.dir), name))
     log.debug("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),
               len(expected), sum(expected.values()))
     kwargs = pool["fn_constructor_kwargs"]
     ds = make().map_batches(Extractor, **{**pool, "fn_constructor_kwargs": {
-        **kwargs, "out": out, "targets": storage.join(targets_url(st.dir), f"wave{w:05d}")
+        **kwargs, "out": out, "targets": storage.join(targets_url(st.dir), name)
         if kwargs["targets"] else None}})
     seen: dict[str, int] = {}
     for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
@@ -333,7 +364,7 @@ def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progres
             progress.add(n)
     if seen != expected:
         raise RuntimeError(f"extraction job {w}: sentences per part {seen} != {expected}")
-    st.mark_shard(f"wave-{w:05d}", {"sentences": sum(seen.values())})
+    st.mark_shard(f"wave-{w:05d}", {"sentences": sum(seen.values()), "dir": name})
 
 
 def reduce_sums(stage_dir: str, part: int, parts: int, total: int, sources: list[str]) -> dict:
