@@ -58,7 +58,8 @@ def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str], list[str]
         raise ValueError(f"{path}: pairs need 'src' and 'tgt' columns ({e})") from None
     groups = [x.column("pair").to_pylist() if "pair" in x.column_names else [""] * len(x)
               for x in tables]
-    return t.column("src").to_pylist(), t.column("tgt").to_pylist(), sum(groups, [])
+    return (t.column("src").to_pylist(), t.column("tgt").to_pylist(),
+            [p for g in groups for p in g])
 
 
 def pair_retrieval(encoder: Encoder, path: str | os.PathLike) -> dict[str, float]:
