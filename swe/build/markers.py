@@ -55,30 +55,26 @@ def _read_marker(url: str) -> dict | None:
 OUTPUT = "$OUTPUT"
 
 
+def _swap_prefix(value: Any, old: str, new: str) -> Any:
+    """``value`` with every string that is ``old`` or starts with ``old/`` made to start with
+    ``new`` instead (through dicts and lists)."""
+    if isinstance(value, str):
+        return new + value[len(old):] if value == old or value.startswith(old + "/") else value
+    if isinstance(value, dict):
+        return {k: _swap_prefix(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_swap_prefix(v, old, new) for v in value]
+    return value
+
+
 def _portable(value: Any, root: str) -> Any:
     """``value`` with every string under ``root`` written as ``$OUTPUT/…``."""
-    if isinstance(value, str):
-        if value == root or value.startswith(root + "/"):
-            return OUTPUT + value[len(root):]
-        return value
-    if isinstance(value, dict):
-        return {k: _portable(v, root) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_portable(v, root) for v in value]
-    return value
+    return _swap_prefix(value, root, OUTPUT)
 
 
 def _located(value: Any, root: str) -> Any:
     """``value`` with every ``$OUTPUT/…`` string resolved against ``root`` (the inverse)."""
-    if isinstance(value, str):
-        if value == OUTPUT or value.startswith(OUTPUT + "/"):
-            return root + value[len(OUTPUT):]
-        return value
-    if isinstance(value, dict):
-        return {k: _located(v, root) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_located(v, root) for v in value]
-    return value
+    return _swap_prefix(value, OUTPUT, root)
 
 
 @dataclasses.dataclass
