@@ -18,7 +18,8 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["absolute", "access_hint", "check_writable", "data_path", "expand_inputs", "filesystem",
+__all__ = ["absolute", "access_hint", "check_writable", "child_names", "data_path", "expand_inputs",
+           "filesystem",
            "find", "fingerprint", "input_format", "is_local", "iter_lines", "join", "load_npz",
            "load_tokenizer", "naming", "open_input", "output_url", "overlaps",
            "pyarrow_filesystem", "read_bytes",
@@ -96,6 +97,16 @@ def overlaps(a: str, b: str) -> bool:
     """``a`` and ``b`` are the same place, or one lies inside the other."""
     a, b = _comparable(data_path(a)), _comparable(data_path(b))
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def child_names(url: str) -> list[str]:
+    """The names of the entries directly under folder ``url`` (none when it does not exist),
+    read afresh (a listing cached before another process wrote there is not trusted)."""
+    fs, path = filesystem(url)
+    fs.invalidate_cache()
+    if not fs.exists(path):
+        return []
+    return [e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)]
 
 
 def remove_tree(url: str) -> None:

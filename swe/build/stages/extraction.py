@@ -288,12 +288,7 @@ def _drop_stale(st: StageDir, keep: list[str]) -> None:
     names: a killed attempt's, including files its orphaned actors wrote after the kill (a
     killed driver's actors live on for a moment and finish their batch)."""
     for sub in (st.path("sums"), targets_url(st.dir)):
-        fs, path = storage.filesystem(sub)
-        fs.invalidate_cache()
-        if not fs.exists(path):
-            continue
-        for entry in fs.ls(path, detail=False):
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
+        for name in storage.child_names(sub):
             if name not in keep:
                 storage.remove_tree(storage.join(sub, name))
 

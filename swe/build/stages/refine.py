@@ -211,12 +211,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
 
 def _remove_other_runs(runs: str, keep: str) -> None:
     """Remove the checkpoints of earlier refine runs (another config) under ``runs``."""
-    fs, path = storage.filesystem(runs)
-    fs.invalidate_cache()
-    if not fs.exists(path):
-        return
-    for entry in fs.ls(path, detail=False):
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
+    for name in storage.child_names(runs):
         if name.startswith("refine-") and name != keep:
             log.warning("[refine] removing the checkpoints of an earlier refine run %s (its "
                         "config differs from this run's %s)", name, keep)
