@@ -132,12 +132,17 @@ def test_a_build_killed_while_writing_the_store_resumes_to_the_same_model(tmp_pa
 def test_two_builds_writing_one_store_at_once(tmp_path, corpus, cold):
     """Concurrent writers never clobber each other: both builds finish with the cold model, and
     a third build finds every sentence."""
+    import ray
+
     result, digests, _, _ = cold
     store = tmp_path / "store"
-    env = {**os.environ, "RAY_ADDRESS": ""}
+    # Both drivers join this session's Ray (two clients of one cluster, one teacher actor
+    # each, so the two builds fit its 2 CPUs side by side) rather than start one each.
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     procs = []
     for name in ("a", "b"):
-        sets = [a for s in _small(corpus, store) for a in ("--set", s)]
+        sets = [a for s in [*_small(corpus, store), "extraction.actors=1"]
+                for a in ("--set", s)]
         procs.append(subprocess.Popen(
             [sys.executable, str(ROOT / "pipelines/build.py"), "--config",
              str(ROOT / "pipelines/configs/quickstart.toml"), "--output",
@@ -148,6 +153,8 @@ def test_two_builds_writing_one_store_at_once(tmp_path, corpus, cold):
         assert p.wait(timeout=600) == 0, p.stderr.read()
     for name in ("a", "b"):
         assert _digests(tmp_path / name / "step1") == digests
+        stats = json.loads((tmp_path / name / "work/extraction/_DONE.json").read_text())
+        assert stats["stats"]["store_hits"] < result.teacher_passes  # neither found all stored
     third = _build(_seeded(cold, tmp_path / "c"), corpus, store)
     assert third.teacher_passes == 0 and third.store_hits == result.teacher_passes
 
