@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -183,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         _write(json.loads(Path(args.report).read_text()), args)
         return 0
     from swe.raysetup import init_ray
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # stage lines
 
     init_ray()
     with tempfile.TemporaryDirectory(prefix="swe-grid-") as tmp:
