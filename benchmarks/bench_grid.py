@@ -13,8 +13,8 @@ cell's), and cells of one V share the vocabulary. Per cell, from the stages' ``_
 
 * ``sentences``: the unique sentences the cell's word vectors come from (teacher passes + store
   hits): the cell's cost from an empty store;
-* ``teacher_hours``: ``sentences`` at this run's measured teacher rate (all passes over all the
-  teacher's seconds);
+* ``teacher_hours``: ``sentences`` at this run's measured teacher rate (the passes over the
+  teacher's seconds of the cells that encoded at least 10,000 sentences);
 * the dev signals of step 2: ``stsb_dev`` (Spearman × 100) and ``cls_dev``, the mean dev
   accuracy of SST-2 (its dev split) and TREC (a fixed tenth of its train split).
 
@@ -97,21 +97,26 @@ def run_cell(args: argparse.Namespace, work: Path, store: str, v: int, n: int) -
     return row
 
 
-def with_hours(rows: list[dict]) -> list[dict]:
-    """``rows`` with ``teacher_hours``: each cell's sentences at the run's mean teacher rate."""
-    passes = sum(r["teacher_passes"] for r in rows)
-    seconds = sum(r["teacher_seconds"] for r in rows)
+def with_hours(rows: list[dict], min_passes: int = 10_000) -> list[dict]:
+    """``rows`` with ``teacher_hours``: each cell's sentences at the run's mean teacher rate,
+    taken over the cells with at least ``min_passes`` teacher passes (a handful of passes
+    measures the actors' start, not the rate); 0 when none has."""
+    timed = [r for r in rows if r["teacher_passes"] >= min_passes]
+    passes = sum(r["teacher_passes"] for r in timed)
+    seconds = sum(r["teacher_seconds"] for r in timed)
     rate = passes / seconds if seconds else 0.0
     return [{**r, "teacher_hours": r["sentences"] / rate / 3600 if rate else 0.0} for r in rows]
 
 
 def markdown(rows: list[dict]) -> str:
     """The grid as a table, by V then N."""
-    lines = ["| V | N | unique sentences | teacher-hours | STS-B dev | SST-2 + TREC dev |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| V | N | unique sentences | teacher-hours | STS-B dev | SST-2 dev | TREC dev "
+             "| classification dev (mean) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["v"], r["n"])):
+        cls = [f"{r['scores'][t]['dev_acc']:.2f}" if t in r["scores"] else "–"
+               for t in ("sst2", "trec")]
         lines.append(f"| {r['v']:,} | {r['n']} | {r['sentences']:,} | {r['teacher_hours']:.2f} "
-                     f"| {r['stsb_dev']:.2f} | {r['cls_dev']:.2f} |")
+                     f"| {r['stsb_dev']:.2f} | {' | '.join(cls)} | {r['cls_dev']:.2f} |")
     return "\n".join(lines)
 
 
@@ -166,6 +171,11 @@ def svg(rows: list[dict], width: int = 720, height: int = 300) -> str:
 
 def _write(rows: list[dict], args: argparse.Namespace) -> None:
     rows = with_hours(rows)
+    timed = [r for r in rows if r["teacher_hours"] and r["teacher_passes"] >= 10_000]
+    if timed:
+        passes = sum(r["teacher_passes"] for r in timed)
+        rate = passes / sum(r["teacher_seconds"] for r in timed)
+        print(f"teacher rate: {rate:,.0f} sentences/s over {passes:,} passes in {len(timed)} cells")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if args.svg:
