@@ -126,6 +126,7 @@ def svg(rows: list[dict], width: int = 720, height: int = 300) -> str:
     vs = sorted({r["v"] for r in rows})
     xs = [r["sentences"] for r in rows]
     x0, x1 = min(xs) * 0.9, max(xs) * 1.1
+    hours_per = max(r.get("teacher_hours", 0.0) / r["sentences"] for r in rows)
     panel, pad = (width - 60) // 2, 45
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'font-family="sans-serif" font-size="11"><rect width="100%" height="100%" '
@@ -150,7 +151,8 @@ def svg(rows: list[dict], width: int = 720, height: int = 300) -> str:
         for x in (x0 / 0.9, x1 / 1.1):
             px, py = at(x, y0).split(",")
             parts.append(f'<text x="{px}" y="{float(py) + 14}" text-anchor="middle">'
-                         f'{x / 1e3:,.0f}k</text>')
+                         f'{x / 1e3:,.0f}k' + (f" ({x * hours_per:.2f} h)" if hours_per else "")
+                         + '</text>')
         for i, v in enumerate(vs):
             line = sorted((r["sentences"], r[key], r["n"]) for r in rows if r["v"] == v)
             c = colours[i % len(colours)]
@@ -165,7 +167,8 @@ def svg(rows: list[dict], width: int = 720, height: int = 300) -> str:
                 parts.append(f'<text x="{left + 8}" y="{38 + 14 * i}" fill="{c}">'
                              f'V = {v:,}</text>')
         parts.append(f'<text x="{left + (panel - pad) / 2}" y="{height - 8}" '
-                     f'text-anchor="middle">unique sentences through the teacher</text>')
+                     'text-anchor="middle">unique sentences through the teacher '
+                     '(teacher-hours)</text>')
     return "\n".join([*parts, "</svg>"]) + "\n"
 
 
