@@ -194,8 +194,20 @@ def main(argv: list[str] | None = None) -> int:
         p.set_defaults(**SMOKE)
     args = p.parse_args(argv)
     if args.report:
+        if not Path(args.report).is_file():
+            print(f"error: --report {args.report}: no such file (an earlier run's --json)",
+                  file=sys.stderr)
+            return 2
         _write(json.loads(Path(args.report).read_text()), args)
         return 0
+    if args.work:
+        from swe.storage import output_url
+
+        try:  # the cells' folders are written and their work files removed
+            args.work = output_url(args.work, "--work")
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     from swe.raysetup import init_ray
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # stage lines

@@ -65,3 +65,10 @@ def test_every_benchmark_has_smoke_and_a_plain_help(capsys):
             "heavy = sorted({'torch', 'ray', 'transformers'} & set(sys.modules))\n"
             "assert not heavy, heavy\n")
     subprocess.run([sys.executable, "-c", code, *map(str, SCRIPTS)], check=True)
+
+
+def test_grid_refuses_a_work_folder_it_would_clobber_and_a_missing_report(capsys):
+    grid = _load(ROOT / "benchmarks/bench_grid.py")
+    for bad in (["--work", "/"], ["--work", "."], ["--report", "/no/such/grid.json"]):
+        assert grid.main(bad) == 2, bad
+        assert "error:" in capsys.readouterr().err
