@@ -97,14 +97,18 @@ def run_cell(args: argparse.Namespace, work: Path, store: str, v: int, n: int) -
     return row
 
 
-def with_hours(rows: list[dict], min_passes: int = 10_000) -> list[dict]:
-    """``rows`` with ``teacher_hours``: each cell's sentences at the run's mean teacher rate,
-    taken over the cells with at least ``min_passes`` teacher passes (a handful of passes
-    measures the actors' start, not the rate); 0 when none has."""
+def teacher_rate(rows: list[dict], min_passes: int = 10_000) -> tuple[float, int, int]:
+    """Sentences/s, passes and cells over the cells with at least ``min_passes`` teacher passes
+    (a handful of passes measures the actors' start, not the rate); rate 0 when none has."""
     timed = [r for r in rows if r["teacher_passes"] >= min_passes]
     passes = sum(r["teacher_passes"] for r in timed)
     seconds = sum(r["teacher_seconds"] for r in timed)
-    rate = passes / seconds if seconds else 0.0
+    return (passes / seconds if seconds else 0.0), passes, len(timed)
+
+
+def with_hours(rows: list[dict]) -> list[dict]:
+    """``rows`` with ``teacher_hours``: each cell's sentences at :func:`teacher_rate`."""
+    rate = teacher_rate(rows)[0]
     return [{**r, "teacher_hours": r["sentences"] / rate / 3600 if rate else 0.0} for r in rows]
 
 
@@ -174,11 +178,9 @@ def svg(rows: list[dict], width: int = 720, height: int = 300) -> str:
 
 def _write(rows: list[dict], args: argparse.Namespace) -> None:
     rows = with_hours(rows)
-    timed = [r for r in rows if r["teacher_hours"] and r["teacher_passes"] >= 10_000]
-    if timed:
-        passes = sum(r["teacher_passes"] for r in timed)
-        rate = passes / sum(r["teacher_seconds"] for r in timed)
-        print(f"teacher rate: {rate:,.0f} sentences/s over {passes:,} passes in {len(timed)} cells")
+    rate, passes, cells = teacher_rate(rows)
+    if rate:
+        print(f"teacher rate: {rate:,.0f} sentences/s over {passes:,} passes in {cells} cells")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if args.svg:
