@@ -1,41 +1,13 @@
 """Export a swe model as a model2vec or a sentence-transformers (``StaticEmbedding``) folder.
 
 Both libraries run a Hugging Face ``tokenizers`` pipeline, then average the token rows and
-L2-normalise. Our rule (``swe.model``: BlingFire words; exact, then lowercased lookup; for an
-unknown word the teacher-subword rule, then with ``oov="prefix"`` the longest vocabulary prefix
-of at least ``PREFIX_MIN`` characters; punctuation skipped) becomes this ``tokenizer.json``:
-
-* normaliser: removes :data:`MARK` (U+E000, private use) from the text; ``Lowercase`` when the
-  model lowercases and every vocabulary word is lowercase (English builds); accents stripped
-  when the teacher strips them (uncased BERT: its subwords see ``mexico`` for ``México``); then
-  :data:`MARK` wherever a word unit may end (after a run of word characters, after any other
-  character, before ``n't``, inside ``cannot``), so that a token can tell a whole unit from a
-  prefix of a longer one;
-* pre-tokeniser: a regex over the marked text that groups the marked pieces into BlingFire's
-  units (``do|n't``, ``it|'s``, ``I|'|m``, ``3.5``, ``9,837.94``, ``U.S.``, ``O'|Neil``,
-  ``AT&T``, ``.com``, other punctuation one character at a time), then whitespace;
-* model: ``WordPiece`` whose first pieces are (1) every word's marked form, ``play`` + MARK:
-  only a whole unit matches it; (2) with ``oov="prefix"``, every word of ``PREFIX_MIN``+
-  characters without the end marker: a proper prefix; (3) for a cased vocabulary of a model
-  that lowercases (en+de), the Capitalised and UPPER forms of its lowercase words (our
-  lowercased second lookup); (4) the teacher's word-initial subwords, each mapped to what swe
-  does when a word starts with that subword (the subword if it is a word, else its longest
-  word prefix, else nothing) — for a WordPiece teacher the greedy match then starts where the
-  teacher does, as WordPiece's first subword is the longest one; (5) a table: units of the
-  shipped English sample on which all that still disagrees with swe, as whole units. ``##c``
-  continuation tokens cover the characters after a prefix; a unit with no first piece is
-  ``[UNK]`` as a whole (WordPiece's rule), as swe skips it;
-* rows: ``embeddings`` holds a zero row, then our V word vectors (punctuation zeroed), and
-  ``mapping`` sends each token to its row (model2vec's format for a vocabulary larger than its
-  matrix; sentence-transformers 6.2 folds it in when loading). ``[UNK]`` and the continuation
-  tokens use the zero row, which does not change the direction of a mean that is L2-normalised
-  afterwards, as our skipped units do not.
-
-The teacher's own split of a unit is only imitated (exactly for the first subword of a
-WordPiece teacher, approximately for a sentencepiece one), so every export measures its
-agreement with swe on held-out lines of the sample, returns it, prints it and records it in the
-folder's ``README.md``. Measured numbers: docs/export.md. Torch-free: numpy, safetensors and
-tokenizers only.
+L2-normalise. The export writes our rule (``swe.model``) as that pipeline's ``tokenizer.json``:
+a normaliser that marks where a word unit may end (:data:`MARK`), a regex pre-tokeniser giving
+BlingFire's units, and a ``WordPiece`` model whose pieces are our words, their prefixes and the
+teacher's first subwords; ``mapping`` sends each token to its row, with a zero row for what swe
+skips. Every piece and why: docs/export.md. The teacher's split is only imitated, so every
+export measures its agreement with swe on held-out lines of the sample, returns it, prints it
+and records it in the folder's ``README.md``. Torch-free: numpy, safetensors and tokenizers.
 """
 
 from __future__ import annotations
