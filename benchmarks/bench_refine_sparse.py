@@ -67,6 +67,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker (Ray "
                    "Train's default: refine.cpus_per_worker = 1)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (1 worker: the matrix, its "
+                   "Adam moments and the step on that GPU)")
     p.add_argument("--max-gib", type=float, help="skip configurations estimated above this")
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--smoke", action="store_true", help=f"a tiny run in this process: {SMOKE}")
@@ -131,7 +133,7 @@ def _worker(spec: dict) -> dict:
         cdf = np.cumsum(ranks) / ranks.sum()
         g = torch.Generator().manual_seed(0)
         weight = torch.nn.Parameter(torch.empty(spec["vocab"], spec["dim"]).normal_(
-            0, 0.1, generator=g))
+            0, 0.1, generator=g).to(spec.get("device", "cpu")))
         adam = RowAdam if spec["optimizer"] == "sparse" else torch.optim.Adam
         opt = adam([weight], lr=1e-3)
         config = {"world": world, "objective": "contrastive", "tau": 0.05, "clip": 5.0,
@@ -214,13 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(_worker(json.loads(args.worker))))
         return 0
+    if args.device != "cpu" and args.workers != [1]:
+        p.error("--device cuda measures one worker: add --workers 1")
     rows = []
     for vocab in args.vocab:
         for world in args.workers:
             for optimizer in args.optimizers:
                 spec = {"vocab": vocab, "dim": args.dim, "pairs": args.pairs, "zipf": args.zipf,
                         "world": world, "optimizer": optimizer, "steps": args.steps,
-                        "warmup": args.warmup, "threads": args.threads, "seed": 0}
+                        "warmup": args.warmup, "threads": args.threads, "seed": 0,
+                        "device": args.device}
                 row = {"vocab": vocab, "world": world, "optimizer": optimizer}
                 need = _estimate_gib(vocab, args.dim, world, optimizer)
                 limit = args.max_gib or 0.8 * _available_gib()  # now: the machine is shared
@@ -235,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1))
     print(f"\nd = {args.dim}, {args.pairs} pairs per step, Zipf {args.zipf}, {args.threads} "
-          f"thread(s) per worker, {os.cpu_count()} CPUs\n")
+          f"thread(s) per worker, {os.cpu_count()} CPUs, device {args.device}\n")
     print(markdown(rows))
     return 0
 

@@ -71,7 +71,7 @@ class ExtractionConfig:
         "min": 1, "help": "torch threads of a CPU actor"})
     cpus_per_actor: float = field(default=0.5, metadata={"min": 0, "help": "Ray CPUs per actor"})
     gpus_per_actor: float = field(default=0.0, metadata={
-        "min": 0, "help": "Ray GPUs per actor; 1.0 on GPU clusters"})
+        "min": 0, "help": "Ray GPUs per actor; 0.25 on GPU clusters (4 teachers per GPU)"})
     batch_size: int = field(default=1024, metadata={
         "min": 1, "help": "sentences handed to an actor at once"})
     job_sentences: int = field(default=100_000, metadata={
