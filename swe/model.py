@@ -21,29 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
 
-from swe import storage
-from swe.matrix import (
-    DTYPES,
-    SCALES,
-    TENSOR,
-    dequantize_int8,
-    matrix_tensors,
-    quantize_int8,
-    read_matrix,
-)
-from swe.modelfiles import (
-    FLOAT_FORMAT_VERSION,
-    FORMAT,
-    FORMAT_VERSION,
-    INT8_FORMAT_VERSION,
-    ModelFileError,
-    ModelFolder,
-    write_folder,
-)
+from swe import model_io, storage
+from swe.matrix import DTYPES, SCALES, dequantize_int8, quantize_int8
+from swe.modelfiles import FORMAT_VERSION, ModelFileError
 from swe.text import (
     has_unspaced_script,
     is_punctuation,
@@ -57,7 +38,6 @@ from swe.text import (
 __all__ = ["DTYPES", "FORMAT_VERSION", "OOV_RULES", "PREFIX_MIN", "SCALES", "ModelFileError",
            "StaticModel", "dequantize_int8", "quantize_int8"]
 
-MAX_TOKENIZER_BYTES = 256 << 20  # a bigger tokenizer.json is refused (the largest known: ~20 MB)
 #: Out-of-vocabulary rules: the teacher-subword rule alone, or it then a character prefix.
 OOV_RULES = ("subword", "prefix")
 PREFIX_MIN = 3  # the shortest vocabulary word the ``prefix`` rule falls back to
@@ -355,7 +335,7 @@ class StaticModel:
             a = b
         return out
 
-    # -- persistence --------------------------------------------------------------------------
+    # -- persistence (swe.model_io) -----------------------------------------------------------
 
     def save(self, path: str | os.PathLike, dtype: str = "float32", scale: str = "row") -> None:
         """Write ``model.safetensors``, ``vocab.txt`` (and ``tokenizer.json``), then
@@ -365,29 +345,7 @@ class StaticModel:
         ``dtype``: ``float32``; ``float16`` (half the size); ``int8`` (a quarter: symmetric,
         with ``scale="row"`` one float32 scale per word or ``"global"`` one for the matrix, see
         :func:`quantize_int8`). :meth:`load` turns every dtype back into float32."""
-        tensors, scheme = matrix_tensors(self.vectors, dtype, scale)
-        from swe import __version__
-
-        config = {
-            "format": FORMAT,
-            "format_version": INT8_FORMAT_VERSION if dtype == "int8" else FLOAT_FORMAT_VERSION,
-            "dim": self.dim,
-            "vocab_size": len(self),
-            **scheme,
-            "pooling": "mean",
-            "normalize": True,
-            "lowercase": self.lowercase,
-            "oov": self.oov,
-            "languages": self.languages,
-            "tokenizer": "tokenizer.json" if self.tokenizer is not None else None,
-            "provenance": self.provenance,
-            "swe_version": __version__,
-        }
-        files = {"model.safetensors": st_save(tensors),
-                 "vocab.txt": ("\n".join(self.words) + "\n").encode("utf-8")}
-        if self.tokenizer is not None:
-            files["tokenizer.json"] = self.tokenizer.to_str().encode("utf-8")
-        write_folder(os.fspath(path), files, config)
+        model_io.save(self, path, dtype, scale)
 
     @classmethod
     def load(cls, path: str | os.PathLike, dim: int | None = None) -> StaticModel:
@@ -396,40 +354,11 @@ class StaticModel:
 
         ``dim=k`` keeps the first ``k`` dimensions: for a model after PCA (step 2 and 3) these
         are the leading principal components (cost per ``k``: docs/export.md)."""
-        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
-            raise ValueError(f"dim must be a positive int or None, got {dim!r}")
-        folder = ModelFolder(os.fspath(path))
+        folder, parts = model_io.load_parts(path, dim)
         try:
-            tensors = st_load(folder.read("model.safetensors", "model.safetensors"))
-        except SafetensorError as e:
-            raise ModelFileError(f"{folder.path}/model.safetensors is not a safetensors file "
-                                 f"({e}); save the model again") from None
-        if TENSOR not in tensors:
-            raise ModelFileError(f"{folder.path}/model.safetensors has no {TENSOR!r} tensor "
-                                 f"(it has {sorted(tensors)})")
-        vocab = folder.read_text("vocab.txt", "vocab.txt").split("\n")
-        if vocab and vocab[-1] == "":
-            vocab.pop()
-        tok_name = folder.get("tokenizer", (str, type(None)), None)
-        tokenizer = None
-        if tok_name:
-            from tokenizers import Tokenizer
-
-            text = folder.read_text(tok_name, "tokenizer", MAX_TOKENIZER_BYTES)
-            try:
-                tokenizer = Tokenizer.from_str(text)
-            except Exception as e:  # tokenizers raises a bare Exception on bad JSON
-                raise ModelFileError(f"{folder.path}/{tok_name} is not a tokenizer.json "
-                                     f"({e})") from None
-        vectors = read_matrix(folder, tensors, dim)
-        try:
-            return cls(vocab, vectors, tokenizer=tokenizer,
-                       lowercase=folder.get("lowercase", bool),
-                       oov=folder.get("oov", str, "subword"),
-                       languages=folder.get("languages", list),
-                       provenance=folder.get("provenance", (dict, type(None)), None))
+            return cls(**parts)
         except ValueError as e:
-            raise ModelFileError(f"{folder.path}: {e}") from None
+            raise ModelFileError(f"{folder}: {e}") from None
 
 
 def _check_text(text: Any, index: int) -> None:

@@ -17,6 +17,7 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 import swe.model
+import swe.model_io
 from swe import StaticModel, storage
 from swe.ensemble import EnsembleModel
 from swe.modelfiles import FORMAT_VERSION, ModelFileError, reseal, sealed
@@ -172,7 +173,7 @@ def test_special_and_oversized_files_are_refused(tmp_path, monkeypatch, minilm):
         _load_resealed(folder)
     os.remove(folder / "tokenizer.json")
     shutil.copy(minilm / "tokenizer.json", folder / "tokenizer.json")
-    monkeypatch.setattr(swe.model, "MAX_TOKENIZER_BYTES", 1000)
+    monkeypatch.setattr(swe.model_io, "MAX_TOKENIZER_BYTES", 1000)
     with pytest.raises(ModelFileError, match=r"tokenizer\.json is [\d,]+ bytes, over the "
                                              r"1,000-byte limit"):
         _load_resealed(folder)
