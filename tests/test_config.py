@@ -92,5 +92,6 @@ def test_crosslingual_configs_parse(name):
 
 def test_mpnet_config_parses():
     # the mpnet teacher dir is joined from PyPI parts, not installed: parse with MiniLM
-    cfg = load_config("pipelines/configs/en-mpnet.toml", ["teacher='minilm'"], check_paths=False)
+    cfg = load_config("pipelines/configs/en-mpnet.toml", ["teacher='minilm'"], output="o",
+                      check_paths=False)
     assert cfg.refine.objective == "distill" and cfg.extraction.runtime == "onnx-int8"
