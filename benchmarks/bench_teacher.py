@@ -61,12 +61,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def sentences(n: int, pick: str) -> list[str]:
-    """``n`` sentences of the shipped Wikipedia sample: the shortest, or a seeded draw."""
+def sentences(lines: list[str], n: int, pick: str) -> list[str]:
+    """``n`` of the sample's ``lines``: the shortest, or a seeded draw."""
     import numpy as np
 
-    with lzma.open(SAMPLE, "rt", encoding="utf-8") as f:
-        lines = [line.strip() for line in f if line.strip()]
     if pick == "shortest":
         return sorted(lines, key=len)[:n]
     return [lines[i] for i in np.random.default_rng(0).permutation(len(lines))[:n]]
@@ -153,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from swe.build.teacher import minilm_dir
 
-    texts, warm = sentences(args.sentences, args.pick), sentences(args.warmup, "random")
+    with lzma.open(SAMPLE, "rt", encoding="utf-8") as f:  # the shipped Wikipedia sample
+        lines = [line.strip() for line in f if line.strip()]
+    texts, warm = sentences(lines, args.sentences, args.pick), sentences(lines, args.warmup,
+                                                                           "random")
     print(f"{len(texts)} sentences ({args.pick}), mean {sum(map(len, texts)) / len(texts):.0f} "
           f"characters; device {args.device}", file=sys.stderr)
     rows = []
