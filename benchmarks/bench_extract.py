@@ -2,7 +2,7 @@
 
     python benchmarks/bench_extract.py --teacher minilm --sentences 12000
     python benchmarks/bench_extract.py --teacher out/teachers/multilingual-e5-small --sentences 4000
-    python benchmarks/bench_extract.py --smoke   # 200 sentences, every runtime, one layout
+    python benchmarks/bench_extract.py --smoke   # 200 sentences, torch and int8, one layout
     python benchmarks/bench_extract.py --base out/gate/torch \
         --config pipelines/configs/en-10k.toml --sentences 40000 --layouts 2x1
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = ["torch", "onnx", "onnx-int8"]
-SMOKE = {"sentences": 200, "layouts": ["1x1"]}
+SMOKE = {"sentences": 200, "layouts": ["1x1"], "runtimes": ["torch", "onnx-int8"]}
 
 
 def parser() -> argparse.ArgumentParser:
