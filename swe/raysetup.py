@@ -203,9 +203,33 @@ def init_ray(**kwargs) -> None:
     else:
         _local_defaults(kwargs)
         with _silenced(AUTH_LOGGER):
-            ray.init(**kwargs)
+            _start_local(ray, kwargs)
     _quiet_ray_data()
     _log_cluster(address)
+
+
+class LocalRayStartError(OSError):
+    """A local Ray did not come up (its start-up wait is fixed by Ray, not configurable)."""
+
+
+#: What Ray raises when a new local node's raylet does not register within its fixed 30 s.
+RAY_STARTUP_TIMEOUT = "timed out during startup"
+
+
+def _start_local(ray: Any, kwargs: dict) -> None:
+    """``ray.init`` for a new local Ray; Ray's start-up timeout becomes a clear error that says
+    why it happens and what to do."""
+    try:
+        ray.init(**kwargs)
+    except Exception as e:
+        if RAY_STARTUP_TIMEOUT not in str(e):
+            raise
+        load = os.getloadavg()[0]
+        raise LocalRayStartError(
+            f"a local Ray did not start: its raylet did not register within the 30 s Ray "
+            f"allows, which happens when the machine is overloaded (load average {load:.1f} on "
+            f"{os.cpu_count()} CPUs). Run again when the machine is less busy, or join a running "
+            f"cluster with RAY_ADDRESS=<head>:6379.") from e
 
 
 # Ray 2.60 turns token authentication on for a new local cluster when RAY_AUTH_MODE is unset and

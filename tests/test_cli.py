@@ -75,3 +75,25 @@ def test_build_dispatches_to_the_pipeline_job(tmp_path, capsys):
     assert main(["build", "--config", str(tmp_path / "none.toml"),
                  "--output", str(tmp_path / "out")]) == 2
     assert "none.toml" in capsys.readouterr().err
+
+
+def test_a_local_ray_that_times_out_at_start_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    """Ray waits a fixed 30 s for a new local node's raylet; on an overloaded machine that
+    wait runs out. The build says so in one line (the load, what to do) and keeps no lease on
+    the output: the second try meets the same error, not a held output."""
+    import ray
+
+    def start_that_times_out(**kwargs):
+        raise Exception("The current node timed out during startup. This could happen because "
+                        "some of the raylet failed to startup or the GCS has become overloaded.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", start_that_times_out)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    args = ["build", "--config", "quickstart", "--output", str(tmp_path / "out"),
+            "--set", "extraction.runtime='torch'"]
+    for _ in range(2):
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: a local Ray did not start"), err
+        assert "load average" in err and "RAY_ADDRESS" in err and "Traceback" not in err
