@@ -35,6 +35,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from _smoke import parse, smoke_model
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = {"sentences": 400}
 
@@ -134,7 +136,6 @@ def _resume(model: str, src: Path, tmp: Path, n: int) -> dict:
 def _nodes(model: str, src: Path, tmp: Path, nodes: int, actors: int) -> dict:
     """The job on a ``ray.cluster_utils.Cluster`` of ``nodes`` one-CPU nodes (a head with no
     CPU): rows and parts encoded on each node, from the parts' receipts."""
-    from collections import Counter
 
     import ray
     from ray.cluster_utils import Cluster
@@ -161,25 +162,12 @@ def _nodes(model: str, src: Path, tmp: Path, nodes: int, actors: int) -> dict:
             "seconds": summary.seconds}
 
 
-def _smoke_model(paths: list[Path], path: Path) -> str:
-    """A 2,000-word model of the inputs' most frequent words: random vectors, MiniLM tokenizer."""
-    import numpy as np
-
-    from swe import StaticModel
-    from swe.build.teacher import minilm_dir
-
-    text = " ".join(p.read_text(encoding="utf-8") for p in paths)
-    words = [w for w, _ in Counter(text.lower().split()).most_common(2000)]
-    vectors = np.random.default_rng(0).standard_normal((len(words), 64), dtype=np.float32)
-    StaticModel.from_vectors(words, vectors, tokenizer=minilm_dir()).save(path)
-    return str(path)
-
-
 def _bench(args: argparse.Namespace, tmp: Path) -> dict:
     src = tmp / "in"
     src.mkdir()
     paths = _write_inputs(args.data, args.sentences, src)
-    model = args.model or _smoke_model(paths, tmp / "model")
+    model = args.model or smoke_model([p.read_text(encoding="utf-8") for p in paths],
+                                       tmp / "model")
     if args.resume:
         return _resume(model, src, tmp, args.sentences)
     if args.nodes:
@@ -202,11 +190,7 @@ def _bench(args: argparse.Namespace, tmp: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print a JSON report."""
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
-    if not (args.model or args.smoke):
-        p.error("--model is required (or --smoke)")
+    args = parse(p, argv, SMOKE, required="model")
     tmp = Path(tempfile.mkdtemp(prefix="swe-bench-"))
     try:
         print(json.dumps(_bench(args, tmp), indent=2))

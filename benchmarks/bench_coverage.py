@@ -28,6 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from _smoke import random_model
 
 SMOKE = {"languages": ["deu"], "sentences": 200}
 
@@ -80,11 +81,8 @@ def _smoke_model(data: Path, tmp: str):
     from swe.model import StaticModel
 
     top = [w for w, _ in _ntrex_counts(data, "deu").most_common(2000) if w.isalpha()]
-    rng = np.random.default_rng(0)
-    model = StaticModel.from_vectors(top, rng.standard_normal((len(top), 8)), language=["deu"],
-                                     oov="prefix")
-    model.save(Path(tmp) / "model")
-    return StaticModel.load(Path(tmp) / "model")
+    return StaticModel.load(random_model(top, Path(tmp) / "model", dim=8, language=["deu"],
+                                         oov="prefix"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from _smoke import parse
+
 SMOKE = {"sentences": 200, "repeats": 1, "vocab": 2000}
 BASELINES = {"model2vec potion-base-8M": ("potion-base-8m", "model2vec"),
              "WordLlama l2_supercat 256": ("wordllama-256", "wordllama")}
@@ -91,9 +93,7 @@ def _baseline(spec: str, module: str, smoke: bool):
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     if args.threads:  # before numpy, tokenizers or anything else is imported
         for var in ("RAYON_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                     "MKL_NUM_THREADS"):

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from _smoke import parse
 
 SMOKE = {"grid": [0.0, 0.5, 1.0]}
 
@@ -81,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from swe.eval.similarity import read_sts
 
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     if len(args.member) < 2 and not args.smoke:
         p.error("give at least two --member model dirs (or --smoke)")
     a, b, gold = read_sts(args.sts or stsb_file("dev"))

@@ -35,10 +35,10 @@ import lzma
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from _smoke import parse, smoke_model
 
 SMOKE = {"wiki": 200, "truncate": [32, 8], "sentence_pca": 200}
 
@@ -186,30 +186,15 @@ def compare(path: str, vocab: list[int], wiki: list[str], smoke: bool,
     return rows
 
 
-def _smoke_model(texts: list[str], path: Path) -> str:
-    """A 2,000-word model of the texts' most frequent words: random vectors, MiniLM tokenizer."""
-    from swe.build.teacher import minilm_dir
-    from swe.model import StaticModel
-
-    words = [w for w, _ in Counter(" ".join(texts).lower().split()).most_common(2000)]
-    vectors = np.random.default_rng(0).standard_normal((len(words), 64), dtype=np.float32)
-    StaticModel.from_vectors(words, vectors, tokenizer=minilm_dir(), lowercase=True).save(path)
-    return str(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     from swe.eval.data import wikipedia_files
 
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
-    if not (args.model or args.smoke):
-        p.error("--model is required (or --smoke)")
+    args = parse(p, argv, SMOKE, required="model")
     with lzma.open(wikipedia_files()[0], "rt", encoding="utf-8") as f:
         wiki = [line.strip() for line in itertools.islice(f, max(args.wiki, args.sentence_pca))]
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.model or _smoke_model(wiki, Path(tmp) / "smoke")
+        path = args.model or smoke_model(wiki, Path(tmp) / "smoke", lowercase=True)
         if args.truncate:
             truncation(path, args.truncate, args.sentence_pca, wiki)
             if not args.smoke:  # --smoke runs both parts

@@ -28,8 +28,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _smoke import parse
+
+from swe.build.teacher.runtime import RUNTIMES
+
 ROOT = Path(__file__).resolve().parents[1]
-RUNTIMES = ["torch", "onnx", "onnx-int8"]
 SMOKE = {"sentences": 200, "layouts": ["1x1"], "runtimes": ["torch", "onnx-int8"]}
 
 
@@ -38,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--teacher", default="minilm", help="'minilm' or a teacher dir")
     p.add_argument("--sentences", type=int, default=12_000, help="selected sentences per run")
-    p.add_argument("--runtimes", nargs="+", default=RUNTIMES, choices=RUNTIMES)
+    p.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=list(RUNTIMES))
     p.add_argument("--layouts", nargs="+", default=["2x1", "1x2"],
                    help="ACTORSxTHREADS per actor, e.g. 2x1 (two one-thread actors)")
     p.add_argument("--work", help="where the base build is kept (default: out/bench_extract; "
@@ -115,11 +118,9 @@ def _run(base: str, config: str, sets: list[str], n: int, runtime: str, layout: 
 def main(argv: list[str] | None = None) -> int:
     """Run every runtime × layout; print one JSON report."""
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     from swe.build.config import BuildConfig
-    from swe.build.runtime import prepare
+    from swe.build.teacher.runtime import prepare
 
     teacher = BuildConfig(teacher=args.teacher).teacher_dir()
     for runtime in args.runtimes:  # made (or found) before anything is timed

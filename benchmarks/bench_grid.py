@@ -33,6 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _smoke import parse
+
 SMOKE = {"config": "quickstart", "vs": [150], "ns": [8, 4], "tasks": ["stsb-dev", "trec"],
          "set": ["corpus.en.max_lines=1000", "vocab.min_count=3", "vocab.partitions=2",
                  "selection.candidates=40", "pca.sample=200", "pca.dim=32",
@@ -192,9 +194,7 @@ def _write(rows: list[dict], args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the grid's missing cells (or only report), then print and write the results."""
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     if args.report:
         if not Path(args.report).is_file():
             print(f"error: --report {args.report}: no such file (an earlier run's --json)",

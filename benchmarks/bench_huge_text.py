@@ -27,6 +27,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from _smoke import parse
+
 SMOKE = {"mb": 1, "vocab": 2000}
 STAGES = ("corpus", "sentences", "sentences-split")
 
@@ -100,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from swe.eval.data import wikipedia_files
 
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     text = _text(wikipedia_files(args.data)[0], args.mb)
     if args.stage != "encode" or args.smoke:
         for stage in STAGES if args.smoke else (args.stage,):

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _smoke import parse
+
 SMOKE = {"words": 2000, "dim": 64, "repeats": 2}
 
 
@@ -55,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from swe import StaticModel
 
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     with tempfile.TemporaryDirectory() as path:
         words = [f"w{i}" for i in range(args.words)]
         vectors = np.random.default_rng(0).standard_normal((len(words), args.dim))

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from _smoke import parse
+
 SMOKE = {"model": "glove-50d", "lang": "deu", "distractors": 500, "scan": 5000}
 
 
@@ -36,9 +38,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     if not args.model:
         p.error("--model is required (or --smoke)")
     from swe.eval.encoders import load_encoder

@@ -21,8 +21,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
+
+from _smoke import parse, smoke_model
 
 SMOKE = {"sentences": 300, "repeats": 1}
 
@@ -38,26 +39,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _smoke_model(texts: list[str], path: str) -> str:
-    """A 2,000-word model of the texts' most frequent words: random vectors, MiniLM tokenizer."""
-    import numpy as np
-
-    from swe import StaticModel
-    from swe.build.teacher import minilm_dir
-
-    words = [w for w, _ in Counter(" ".join(texts).lower().split()).most_common(2000)]
-    vectors = np.random.default_rng(0).standard_normal((len(words), 64), dtype=np.float32)
-    StaticModel.from_vectors(words, vectors, tokenizer=minilm_dir()).save(path)
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    a = p.parse_args(argv)
-    if not (a.model or a.smoke):
-        p.error("--model is required (or --smoke)")
+    a = parse(p, argv, SMOKE, required="model")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # before the tokenizers start their pools
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     from swe import StaticModel
@@ -68,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, dict[str, list[float]]] = {r: {"cold": [], "warm": []}
                                                 for r in ("subword", "prefix")}
     with tempfile.TemporaryDirectory() as tmp:
-        path = a.model or _smoke_model(texts, tmp)
+        path = a.model or smoke_model(texts, tmp)
         for _ in range(a.repeats):
             for rule in times:
                 model = StaticModel.load(path)

@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _smoke import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["vocab.size=2000", "vocab.min_count=3", "vocab.partitions=2", "selection.n=8",
         "selection.candidates=100", "pca.sample=20000", "pca.dim=128",
@@ -141,9 +143,7 @@ def _run(size: int, workers: int, args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Make the base build, then measure each size and each worker count."""
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     if args.one:
         print(json.dumps(_one(args.one, args)))
         return 0

@@ -25,10 +25,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from _smoke import parse, smoke_model
 
 SCHEMES = [("float32", "row"), ("float16", "row"), ("int8", "row"), ("int8", "global")]
 
@@ -122,30 +122,17 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _smoke_model(sentences: list[str], path: Path) -> str:
-    """A 2,000-word model of the sentences' most frequent words, random 64-d vectors."""
-    from swe.model import StaticModel
-
-    words = [w for w, _ in Counter(" ".join(sentences).lower().split()).most_common(2000)]
-    vectors = np.random.default_rng(0).standard_normal((len(words), 64), dtype=np.float32)
-    StaticModel.from_vectors(words, vectors, provenance={"source": "bench_quantize.py --smoke"}
-                             ).save(path)
-    return str(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     from swe.eval.data import stsb_file
     from swe.eval.similarity import read_sts
 
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
-    if not (args.model or args.smoke):
-        p.error("--model is required (or --smoke)")
+    args = parse(p, argv, SMOKE, required="model")
     a, b, _ = read_sts(stsb_file("dev"))
     with tempfile.TemporaryDirectory() as tmp:
-        models = args.model or [_smoke_model(a + b, Path(tmp) / "smoke")]
+        models = args.model or [smoke_model(
+            a + b, Path(tmp) / "smoke", minilm_tokenizer=False,
+            provenance={"source": "bench_quantize.py --smoke"})]
         rows = [r for path in models for r in bench_model(path, args.dims, args.keep, a + b)]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

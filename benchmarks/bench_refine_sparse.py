@@ -14,11 +14,12 @@ pairs (objective ``contrastive``, τ = 0.05, clip 5, lr 1e-3), each side 8 to 22
 batches for every V, worker count and optimiser. Each configuration runs in fresh processes
 (its peak RSS is its own): 1 worker in one process; 2 workers as 2 local processes joined by
 ``torch.distributed`` over gloo (as Ray Train's ``TorchTrainer`` joins its workers on CPU), each
-taking half of every batch, and calling the trainer's own step (``swe.build.trainer._step``:
+taking half of every batch, and calling the trainer's own step
+(``swe.build.training.trainer.train_step``:
 the in-batch negatives gathered over both, then the gradient exchanged). Reported per
 configuration:
 
-* ``step_ms``: the median wall time of ``_step`` over ``--steps`` steps after ``--warmup``
+* ``step_ms``: the median wall time of ``train_step`` over ``--steps`` steps after ``--warmup``
   (no evaluation or checkpoint in them: the benchmark makes none; collation is not timed);
   ``cpu_ms``: the median CPU time of rank 0's process in those steps (on a shared machine the
   steadier of the two; it leaves out time spent waiting for the other worker);
@@ -47,6 +48,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _smoke import parse
 
 SMOKE = {"vocab": [5000], "dim": 32, "pairs": 16, "workers": [1], "steps": 3, "warmup": 1}
 
@@ -108,7 +111,8 @@ def _worker(spec: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    from swe.build.trainer import RowAdam, _step
+    from swe.build.stages.refine import RefineConfig
+    from swe.build.training.trainer import RowAdam, TrainJob, train_step
 
     threads = torch.get_num_threads()
     torch.set_num_threads(spec["threads"])
@@ -136,8 +140,8 @@ def _worker(spec: dict) -> dict:
             0, 0.1, generator=g).to(spec.get("device", "cpu")))
         adam = RowAdam if spec["optimizer"] == "sparse" else torch.optim.Adam
         opt = adam([weight], lr=1e-3)
-        config = {"world": world, "objective": "contrastive", "tau": 0.05, "clip": 5.0,
-                  "lr": 1e-3, "max_steps": 10**9, "optimizer": spec["optimizer"]}
+        job = TrainJob(RefineConfig(objective="contrastive", optimizer=spec["optimizer"],
+                                    max_steps=10**9), "", 0, 0, world=world)
         seconds, cpu, sent_bytes, rows, union = [], [], [], [], []
         for step in range(spec["warmup"] + spec["steps"]):
             batch = _batch(spec, step, rank, cdf)
@@ -145,7 +149,7 @@ def _worker(spec: dict) -> dict:
             rows.append(len(set(batch["src"][0].tolist()) | set(batch["tgt"][0].tolist())))
             sent[0] = 0
             t, c = time.perf_counter(), time.process_time()
-            _step(config, {"weight": weight}, opt, batch, rank, step)
+            train_step(job, {"weight": weight}, opt, batch, rank, step)
             if step >= spec["warmup"]:
                 seconds.append(time.perf_counter() - t)
                 cpu.append(time.process_time() - c)
@@ -210,9 +214,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     if args.worker:
         print(json.dumps(_worker(json.loads(args.worker))))
         return 0

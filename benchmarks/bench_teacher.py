@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _smoke import parse
+
 SAMPLE = Path(__file__).resolve().parents[1] / "swe" / "data" / "sample" / "en_wikipedia_60k.txt.xz"
 SMOKE = {"teachers": ["minilm"], "sentences": 200, "budgets": [4096], "precisions": ["fp32"],
          "runtimes": ["torch"], "warmup": 16}
@@ -88,8 +90,8 @@ def weighted(path: str, scratch: str) -> tuple[str, str]:
 
 def teacher(path: str, runtime: str, precision: str, args: argparse.Namespace):
     """The build's teacher for this row (``None`` where the combination does not exist)."""
-    from swe.build.runtime import load_model_bytes, prepare
     from swe.build.teacher import Teacher
+    from swe.build.teacher.runtime import load_model_bytes, prepare
 
     if runtime != "torch":
         if precision != "fp32":
@@ -146,9 +148,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     from swe.build.teacher import minilm_dir
 
     with lzma.open(SAMPLE, "rt", encoding="utf-8") as f:  # the shipped Wikipedia sample

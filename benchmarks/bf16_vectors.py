@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _smoke import parse, quickstart_build
+
 SMOKE = {"sentences": 100}
 SMOKE_BUILD = ["corpus.en.max_lines=1000", "corpus.en.shard_lines=1000", "vocab.size=150",
                "vocab.min_count=3", "vocab.partitions=2", "selection.n=4",
@@ -37,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _vectors(teacher, table, words: list[str]) -> dict:
     """Per word id, the teacher's mean token vector of each of its occurrences."""
-    from swe.build.extractor import align
+    from swe.build.teacher.extractor import align
     from swe.text import language, units
 
     texts, out = table.column("text").to_pylist(), {}
@@ -82,19 +84,9 @@ def measure(build: str, sentences: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Print the cosine statistics as JSON."""
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
-    if not (args.build or args.smoke):
-        p.error("--build is required (or --smoke)")
+    args = parse(p, argv, SMOKE, required="build")
     with tempfile.TemporaryDirectory(prefix="swe-smoke-") as tmp:
-        build = args.build
-        if not build:
-            from swe.build import build as run_build
-            from swe.build import load_config
-
-            build = os.path.join(tmp, "build")
-            run_build(load_config("quickstart", SMOKE_BUILD, output=build), until="selection")
+        build = quickstart_build(args.build, tmp, SMOKE_BUILD, until="selection")
         report = measure(build, args.sentences)
     print(json.dumps(report, indent=2, default=float))
     return 0

@@ -34,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 
+from _smoke import parse
+
 DEFAULTS = ["vocab.size=5000", "vocab.min_count=5", "selection.n=8", "selection.candidates=200",
             "pca.sample=5000", "corpus.en.split_sentences=false", "corpus.en.shard_lines=50000",
             "extraction.actors=2", "extraction.token_budget=8192", "extraction.batch_size=512"]
@@ -148,9 +150,7 @@ def _build_one(size: int, args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Build each size (each in a fresh driver process) and print/write the measurements."""
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
+    args = parse(p, argv, SMOKE)
     if args.one:
         print(json.dumps(_build_one(args.one, args)))
         return 0

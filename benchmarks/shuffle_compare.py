@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _smoke import parse, quickstart_build
+
 SMOKE = {"partitions": 2}
 SMOKE_BUILD = ["corpus.en.max_lines=1000", "corpus.en.shard_lines=500"]
 
@@ -88,19 +90,9 @@ def compare(build: str, partitions: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Run both and print a JSON report."""
     p = parser()
-    if p.parse_args(argv).smoke:
-        p.set_defaults(**SMOKE)
-    args = p.parse_args(argv)
-    if not (args.build or args.smoke):
-        p.error("--build is required (or --smoke)")
+    args = parse(p, argv, SMOKE, required="build")
     with tempfile.TemporaryDirectory(prefix="swe-smoke-") as tmp:
-        build = args.build
-        if not build:
-            from swe.build import build as run_build
-            from swe.build import load_config
-
-            build = os.path.join(tmp, "build")
-            run_build(load_config("quickstart", SMOKE_BUILD, output=build), until="sentences")
+        build = quickstart_build(args.build, tmp, SMOKE_BUILD, until="sentences")
         report = compare(build, args.partitions)
     print(json.dumps(report, indent=2))
     if report["files"]["distinct_words"] != report["ray_data_groupby"]["distinct_words"]:

@@ -6,6 +6,6 @@ only; the build and bulk pipelines (Ray, torch) live in submodules imported on d
 
 from swe.ensemble import EnsembleModel
 from swe.model import StaticModel
+from swe.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["EnsembleModel", "StaticModel", "__version__"]

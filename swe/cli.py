@@ -13,7 +13,7 @@ import importlib
 import json
 import sys
 
-from swe.commands import object_store_failure
+from swe.commands import failed
 
 __all__ = ["HelpFormatter", "command_parser", "info", "main"]
 
@@ -62,15 +62,6 @@ def info(path: str) -> dict:
             "total_bytes": sum(f["bytes"] for f in files.values())}
 
 
-def _failed(error: Exception, mistakes: tuple[type, ...], urls: list[str]) -> int:
-    """Exit status 1 after one ``error:`` line for an error of ``mistakes`` (a user's mistake)
-    or an object store's own failure; anything else is re-raised."""
-    if isinstance(error, mistakes):
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return object_store_failure(error, urls)
-
-
 def _info_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swe info", formatter_class=HelpFormatter,
                                 description=LOCAL["info"] + "\n\nexample: swe info out/qs/model")
@@ -81,12 +72,11 @@ def _info_parser() -> argparse.ArgumentParser:
 
 def _info_main(argv: list[str]) -> int:
     args = _info_parser().parse_args(argv)
-    from swe.modelfiles import ModelFileError
 
     try:
         facts = info(args.model)
     except Exception as e:  # one error line for a user's mistake or the object store
-        return _failed(e, (OSError, ModelFileError), [args.model])
+        return failed(e, [args.model])
     if args.json:
         print(json.dumps(facts, indent=2, ensure_ascii=False))
         return 0
@@ -114,7 +104,7 @@ def _reseal_main(argv: list[str]) -> int:
     from swe import storage
     from swe.ensemble import ENSEMBLE
     from swe.model import StaticModel
-    from swe.modelfiles import ModelFileError, ModelFolder, reseal
+    from swe.modelfiles import ModelFolder, reseal
 
     try:
         fs, p = storage.filesystem(storage.join(args.model, ENSEMBLE))
@@ -130,7 +120,7 @@ def _reseal_main(argv: list[str]) -> int:
             print(f"resealed {args.model}: config.json and {', '.join(names)}")
             return 0
     except Exception as e:  # one error line for a user's mistake or the object store
-        return _failed(e, (OSError, ModelFileError), [args.model])
+        return failed(e, [args.model])
     print(f"resealed the ensemble {args.model} and its {members} members")
     return 0
 
@@ -151,12 +141,12 @@ def _export_parser() -> argparse.ArgumentParser:
 
 def _export_main(argv: list[str]) -> int:
     args = _export_parser().parse_args(argv)
-    from swe.export import ExportError, export
+    from swe.export import export
 
     try:
         written = export(args.model, args.to, args.out)
     except Exception as e:  # one error line for a user's mistake or the object store
-        return _failed(e, (OSError, ValueError, ExportError), [args.model, args.out])
+        return failed(e, [args.model, args.out])
     print(f"wrote {args.to} model to {written}")
     return 0
 
@@ -177,13 +167,13 @@ def _store_parser() -> argparse.ArgumentParser:
 
 def _store_main(argv: list[str]) -> int:
     args = _store_parser().parse_args(argv)
-    from swe.build.store import StoreError, list_store, prune
+    from swe.build.teacher.store import list_store, prune
 
     try:
         found = list_store(args.store) if args.action == "list" else prune(
             args.store, args.teacher, args.runtime, args.older_than_days)
     except Exception as e:  # one error line for a user's mistake or the object store
-        return _failed(e, (OSError, StoreError), [args.store])
+        return failed(e, [args.store])
     for ns in found:
         print(f"{'removed ' if args.action == 'prune' else ''}{ns['namespace']}  teacher "
               f"{ns['teacher_sha256'][:12]}  {ns['runtime']:9}  {ns['sentences']:,} sentences  "

@@ -30,7 +30,7 @@ MAX_TOKENIZER_BYTES = 256 << 20  # a bigger tokenizer.json is refused (the large
 
 def save(model: StaticModel, path: str | os.PathLike, dtype: str, scale: str) -> None:
     """Write ``model`` to ``path`` (see :meth:`StaticModel.save`)."""
-    from swe import __version__
+    from swe.version import __version__
 
     tensors, scheme = matrix_tensors(model.vectors, dtype, scale)
     config = {

@@ -113,12 +113,12 @@ def split_sentences(text: str) -> list[str]:
     """
     out: list[str] = []
     for line in clean(text).splitlines():
-        for piece in _pieces(line.strip(), SPLIT_PIECE):
+        for piece in split_pieces(line.strip(), SPLIT_PIECE):
             out.extend(s for s in blingfire.text_to_sentences(piece).split("\n") if s.strip())
     return out
 
 
-def _pieces(line: str, size: int) -> list[str]:
+def split_pieces(line: str, size: int) -> list[str]:
     """``line`` cut into pieces of about ``size`` characters at whitespace (a piece without any
     is cut at ``size``); empty pieces left out."""
     pieces, start = [], 0

@@ -43,8 +43,14 @@ def glove():
 
 def pytest_collection_modifyitems(config, items):
     """Tests that start their own Ray cluster (``own_ray_cluster``) run first, before the
-    session's in-process Ray exists."""
+    session's in-process Ray exists, and (under pytest-xdist, ``--dist loadgroup``) all on one
+    worker, one after another: they are the heaviest, and two clusters at once on this 2-core
+    box would starve each other. The ``cluster`` fixture stops this process's session Ray if
+    one runs (and starts it again after), so their order is a speed-up, not a condition."""
     items.sort(key=lambda item: item.get_closest_marker("own_ray_cluster") is None)
+    for item in items:
+        if item.get_closest_marker("own_ray_cluster"):
+            item.add_marker(pytest.mark.xdist_group("own_ray_cluster"))
 
 
 def _free_port() -> int:
@@ -78,10 +84,7 @@ def s3():
             os.environ[k] = v
 
 
-@pytest.fixture(scope="session")
-def ray_session(s3):
-    """One local Ray for the whole session (started after S3 so workers inherit its env)."""
-    import ray
+def _start_session_ray() -> None:
     from ray.data import DataContext
 
     from swe.raysetup import init_ray
@@ -90,5 +93,28 @@ def ray_session(s3):
     ctx = DataContext.get_current()
     ctx.execution_no_progress_timeout_s = 300
     ctx.enable_progress_bars = False
+
+
+@pytest.fixture(scope="session")
+def ray_session(s3):
+    """One local Ray for the whole session (started after S3 so workers inherit its env)."""
+    import ray
+
+    _start_session_ray()
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def no_session_ray():
+    """For a module whose tests connect this process to a Ray cluster of their own: the
+    session's Ray, if this worker started it already, is stopped first and started again
+    after."""
+    import ray
+
+    running = ray.is_initialized()
+    if running:
+        ray.shutdown()
+    yield
+    if running:
+        _start_session_ray()

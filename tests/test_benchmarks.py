@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+# The scripts, not their shared smoke helper (benchmarks/_smoke.py), which they import from
+# their own folder: on sys.path for the whole session, as it is for `python benchmarks/X.py`.
+SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -64,7 +67,8 @@ def test_every_benchmark_has_smoke_and_a_plain_help(capsys):
             "    m.parser()\n"
             "heavy = sorted({'torch', 'ray', 'transformers'} & set(sys.modules))\n"
             "assert not heavy, heavy\n")
-    subprocess.run([sys.executable, "-c", code, *map(str, SCRIPTS)], check=True)
+    subprocess.run([sys.executable, "-c", code, *map(str, SCRIPTS)], check=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")})
 
 
 def test_grid_refuses_a_work_folder_it_would_clobber_and_a_missing_report(capsys):

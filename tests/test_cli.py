@@ -61,7 +61,7 @@ def test_info(tmp_path, capsys):
     assert set(facts["files"]) >= {"model.safetensors", "vocab.txt", "config.json"}
     assert main(["info", str(tmp_path / "m")]) == 0
     assert "vocab_size" in capsys.readouterr().out
-    assert main(["info", str(tmp_path / "missing")]) == 1
+    assert main(["info", str(tmp_path / "missing")]) == 2  # a wrong input (swe.commands)
     assert "missing" in capsys.readouterr().err
 
 

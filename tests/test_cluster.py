@@ -42,7 +42,7 @@ def _args(corpus: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, corpus):
+def cluster(tmp_path_factory, corpus, no_session_ray):
     """A head that runs nothing and one two-CPU worker node, on which the reference build runs
     (single node); then two more such nodes join. This process is the driver. (With one CPU
     per node, two half-CPU actors on two nodes leave no node a whole CPU for Ray Data's read

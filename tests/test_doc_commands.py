@@ -11,6 +11,7 @@ import io
 import itertools
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,8 @@ def _script_parser(path: Path):
     """The parser of a script: ``pipelines/X.py`` is ``swe X``; others expose ``parser()``."""
     if path.parent.name == "pipelines":
         return command_parser(path.stem)
+    if str(path.parent) not in sys.path:  # a benchmark imports its folder's _smoke helper
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"doc_{path.stem}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -99,7 +99,7 @@ def test_an_edited_config_json_refuses_to_load_whatever_version_it_claims(
     with pytest.raises(ModelFileError, match=r"config\.json (was changed after the save|carries "
                                              r"no checksum of itself)"):
         StaticModel.load(tiny_model)
-    assert swe(["info", str(tiny_model)]) == 1
+    assert swe(["info", str(tiny_model)]) == 2  # a corrupt model: a wrong input
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "swe reseal" in err
 
@@ -111,7 +111,7 @@ def test_info_checks_the_files_it_reports(tiny_model, damage, capsys):
         matrix.unlink()
     else:
         matrix.write_bytes(matrix.read_bytes()[:-8])
-    assert swe(["info", str(tiny_model)]) == 1
+    assert swe(["info", str(tiny_model)]) == 2  # a corrupt model: a wrong input
     assert "model.safetensors" in capsys.readouterr().err
 
 
@@ -119,13 +119,13 @@ def test_info_refuses_claims_the_matrix_contradicts(tiny_model, capsys):
     conf = json.loads((tiny_model / "config.json").read_text())
     conf.pop("config_sha256")
     (tiny_model / "config.json").write_text(json.dumps(sealed({**conf, "dim": 999})))
-    assert swe(["info", str(tiny_model)]) == 1
+    assert swe(["info", str(tiny_model)]) == 2  # a corrupt model: a wrong input
     assert "dim = 999 but the model holds 4" in capsys.readouterr().err
 
 
 def test_reseal_trusts_a_deliberate_edit(tiny_model, capsys):
     _edit_config(tiny_model, provenance={"note": "edited by hand"})
-    assert swe(["info", str(tiny_model)]) == 1
+    assert swe(["info", str(tiny_model)]) == 2  # a corrupt model: a wrong input
     assert swe(["reseal", str(tiny_model)]) == 0
     assert StaticModel.load(tiny_model).provenance == {"note": "edited by hand"}
     assert swe(["reseal", str(tiny_model.parent / "nothing")]) == 1
@@ -188,16 +188,17 @@ def test_progress_lines_give_the_rate_since_the_start(ray_session, monkeypatch, 
 
 
 def test_a_huge_line_is_split_a_piece_at_a_time():
-    from swe.text import SPLIT_PIECE, _pieces, split_sentences
+    from swe.text import SPLIT_PIECE, split_pieces, split_sentences
 
     line = "The cat sat on the mat. " * (3 * SPLIT_PIECE // 24)
-    pieces = _pieces(line, SPLIT_PIECE)
+    pieces = split_pieces(line, SPLIT_PIECE)
     assert len(pieces) >= 3 and all(len(p) <= SPLIT_PIECE for p in pieces)
     assert " ".join(pieces).split() == line.split()
     sentences = split_sentences(line)
     assert len(sentences) >= line.count(".") - len(pieces) and set(sentences) >= {"The cat sat "
                                                                                    "on the mat."}
-    assert _pieces("x" * (2 * SPLIT_PIECE + 5), SPLIT_PIECE) == ["x" * SPLIT_PIECE] * 2 + ["xxxxx"]
+    assert split_pieces("x" * (2 * SPLIT_PIECE + 5), SPLIT_PIECE) == \
+        ["x" * SPLIT_PIECE] * 2 + ["xxxxx"]
 
 
 def test_a_line_too_long_for_the_window_is_dropped_before_tokenising(tmp_path, minilm,

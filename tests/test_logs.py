@@ -12,29 +12,35 @@ from pathlib import Path
 import pytest
 
 from swe import raysetup
-from swe.build.runner import describe
+from swe.build.stage import describe
 from swe.build.tasks import Progress, duration, rate
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(("summary", "text", "unit"), [
-    ({"sentences": 58574, "dropped_by_length": 1426, "sentences_per_s": 16383},
+@pytest.mark.parametrize(("stage", "summary", "text", "unit"), [
+    ("sentences", {"sentences": 58574, "dropped_by_length": 1426, "sentences_per_s": 16383},
      "58,574 sentences (1,426 dropped by length)", "sentences"),
-    ({"lines": 60000, "invalid_utf8_lines": 0}, "60,000 lines", "lines"),
-    ({"sizes": {"en": 3000}, "min_count_kept": {"en": 43}}, "3,000 words (min count 43)", None),
-    ({"sizes": {"en": 3000, "de": 2000}, "min_count_kept": {"en": 43, "de": 7}},
+    ("corpus", {"lines": 60000, "invalid_utf8_lines": 0}, "60,000 lines", "lines"),
+    ("vocab", {"sizes": {"en": 3000}, "min_count_kept": {"en": 43}},
+     "3,000 words (min count 43)", None),
+    ("vocab", {"sizes": {"en": 3000, "de": 2000}, "min_count_kept": {"en": 43, "de": 7}},
      "en 3,000 / de 2,000 words (min count en 43 / de 7)", None),
-    ({"fitted_on": 2721, "dropped_top": 3, "dim": 256, "level": "sentence",
-      "top_variances": [0.38], "sif_a": None},
+    ("pca", {"fitted_on": 2721, "dropped_top": 3, "dim": 256, "level": "sentence",
+             "top_variances": [0.38], "sif_a": None},
      "fitted on 2,721 sentences (top 3 components dropped, 256 dimensions)", "sentences"),
-    # a result type the table does not know: its first count leads, floats read "name value"
-    ({"rounds": 12, "best_loss": 0.25, "early_stopped": True},
+    # a result whose LOG names none of its fields: its first count leads, floats read
+    # "name value"
+    (None, {"rounds": 12, "best_loss": 0.25, "early_stopped": True},
      "12 rounds (best loss 0.25, early stopped)", "rounds"),
-    ({}, "nothing new", None),
+    (None, {}, "nothing new", None),
 ])
-def test_a_result_reads_as_one_short_line(summary, text, unit):
-    got, got_unit, _ = describe(summary)
+def test_a_result_reads_as_one_short_line(stage, summary, text, unit):
+    """Each stage's result says how it reads (its ``Result.LOG``); the runner names none."""
+    import importlib
+
+    log = importlib.import_module(f"swe.build.stages.{stage}").Result.LOG if stage else {}
+    got, got_unit, _ = describe(summary, log)
     assert (got, got_unit) == (text, unit)
     assert "{" not in got and "_" not in got
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from swe.build.losses import contrastive_loss, distillation_loss, kd_loss
+from swe.build.training.losses import contrastive_loss, distillation_loss, kd_loss
 
 S = [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
 T = [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 3.0]]

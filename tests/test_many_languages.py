@@ -11,8 +11,8 @@ import pytest
 
 from swe.build import load_config
 from swe.build.config import ConfigError
-from swe.build.pair_readers import dev_sources, held_out_documents
-from swe.build.pairs import PairsConfig, PairSource, languages
+from swe.build.pairs.readers import dev_sources, held_out_documents
+from swe.build.pairs.sources import PairsConfig, PairSource, languages
 
 ROOT = Path(__file__).resolve().parent.parent
 NTREX = "parallel/ntrex128"

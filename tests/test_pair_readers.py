@@ -1,4 +1,4 @@
-"""CCMatrix pair readers (swe/build/pairs.py) on the real en-de pairs written in every release
+"""CCMatrix pair readers (swe/build/pairs/) on the real en-de pairs written in every release
 format: OPUS Moses zip, headerless CCMatrix TSV (xz, gz), plain aligned files, headered TSV —
 locally and on S3 (moto)."""
 
@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from swe import storage
-from swe.build.pair_readers import read_source
-from swe.build.pairs import STATS, PairsConfig, PairSource, config_problems, plan_sources
-from swe.build.pairtext import normalize, pair_hash
+from swe.build.pairs.readers import read_source
+from swe.build.pairs.sources import STATS, PairsConfig, PairSource, config_problems, plan_sources
+from swe.build.pairs.text import normalize, pair_hash
 from swe.build.shuffle import shuffle_key
 
 ROOT = Path(__file__).resolve().parents[1]

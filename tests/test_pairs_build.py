@@ -128,8 +128,8 @@ def test_aligned_files_of_different_lengths_stop_with_one_line_naming_both(ray_s
                                                                           tmp_path, pairs):
     """Two aligned files of different lengths, read by the stage's Ray Data tasks: one line
     naming both files and both counts, no traceback."""
-    from swe.build.pair_dataset import read_pairs
-    from swe.build.pairs import PairsConfig, plan_sources
+    from swe.build.pairs.dataset import read_pairs
+    from swe.build.pairs.sources import PairsConfig, plan_sources
 
     en, de, _, _ = pairs
     _fixture_module().write_aligned(tmp_path / "train", "en-de", en[:500], de[:500])

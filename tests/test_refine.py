@@ -84,8 +84,8 @@ def test_selected_sentences_are_labelled_by_the_extraction_pass(prepared, minilm
     extraction pass pooled, equal to the teacher's own; the OOV rule reaches the models."""
     import pyarrow.dataset as pds
 
-    from swe.build.runtime import load_model_bytes, prepare
     from swe.build.teacher import Teacher
+    from swe.build.teacher.runtime import load_model_bytes, prepare
 
     out, report = prepared
     n = report["selection"].unique_sentences

@@ -16,8 +16,8 @@ import pytest
 from swe import StaticModel
 from swe.build import build, load_config
 from swe.build.config import ConfigError
-from swe.build.runtime import TeacherRuntimeError, load_model_bytes, prepare
 from swe.build.teacher import Teacher
+from swe.build.teacher.runtime import TeacherRuntimeError, load_model_bytes, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def cache(minilm):
     """The teacher cache the builds use (``$SWE_CACHE``, default ~/.cache/swe), holding
     MiniLM's onnx and onnx-int8 forms: the quickstart config's int8 teacher made once."""
-    from swe.build.runtime import cache_root
+    from swe.build.teacher.runtime import cache_root
 
     for runtime in ("onnx", "onnx-int8"):
         prepare(str(minilm), runtime)
@@ -138,7 +138,7 @@ def test_the_build_cli_names_a_teacher_that_will_not_export(tmp_path):
                         f"corpus.en.paths=['{ROOT.parent}/shared/data/corpora/en_wikipedia/"
                         "enwiki_sents.00.txt.xz']"],
                        capture_output=True, text=True, timeout=300, env=env)
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 2, p.stderr  # a teacher that is wrong (swe.commands)
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("error: teacher ") and "extraction.runtime" in last, p.stderr
     assert "Traceback" not in p.stderr
@@ -191,7 +191,7 @@ def test_the_onnx_teacher_tokenises_as_transformers_without_importing_torch(cach
     assert [list(map(tuple, r)) for r in got[offsets]] == [list(map(tuple, r))
                                                            for r in want[offsets]]
     assert all(got[key] == want[key] for key in want if key != offsets)
-    code = ("import sys; from swe.build.runtime import prepare, load_model_bytes; "
+    code = ("import sys; from swe.build.teacher.runtime import prepare, load_model_bytes; "
             "from swe.build.teacher import Teacher, minilm_dir; p = str(minilm_dir()); "
             "t = Teacher(p, threads=1, onnx=load_model_bytes(prepare(p, 'onnx-int8'))); "
             "assert t.embed(['a test']).shape == (1, 384); "

@@ -13,7 +13,7 @@ import pytest
 import swe.build.stages as stages_pkg
 from swe.build import ConfigError, build, load_config
 from swe.build.config import BuildConfig, config_class, markdown_table
-from swe.build.runner import Section, StageResult
+from swe.build.stage import Section, StageResult
 from swe.build.stages import STAGES
 
 STAGES_DIR = Path(stages_pkg.__file__).parent

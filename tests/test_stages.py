@@ -211,7 +211,7 @@ def test_extraction_reads_only_the_folders_its_wave_markers_name(tmp_path):
     keeps (a late write into a folder both runs used is the likely cause of a different model
     that tests/test_store.py's killed-build test once got)."""
     from swe.build.markers import StageDir
-    from swe.build.stages.extraction import _drop_stale, _wave_dir
+    from swe.build.stages.extraction import drop_stale, wave_dir
 
     st = StageDir(str(tmp_path), "extraction", "h")
     for name in ("wave00000-old", "wave00000-new", "wave00001", "store-old", "store-new"):
@@ -219,9 +219,9 @@ def test_extraction_reads_only_the_folders_its_wave_markers_name(tmp_path):
         (tmp_path / "work/extraction/targets" / name).mkdir(parents=True)
     st.mark_shard("wave-00000", {"sentences": 3, "dir": "wave00000-new"})
     st.mark_shard("wave-00001", {"sentences": 2})  # a marker from before runs named folders
-    keep = [_wave_dir(st, 0), _wave_dir(st, 1), "store-new"]
+    keep = [wave_dir(st, 0), wave_dir(st, 1), "store-new"]
     assert keep == ["wave00000-new", "wave00001", "store-new"]
-    _drop_stale(st, keep)
+    drop_stale(st, keep)
     for sub in ("sums", "targets"):
         assert sorted(p.name for p in (tmp_path / "work/extraction" / sub).iterdir()) == \
             sorted(keep)

@@ -19,7 +19,7 @@ import pytest
 
 from swe.build import build, load_config
 from swe.build.config import ConfigError
-from swe.build.store import StoreError, descriptor, list_store, open_namespace, prune
+from swe.build.teacher.store import StoreError, descriptor, list_store, open_namespace, prune
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 ROOT = Path(__file__).resolve().parent.parent
@@ -209,5 +209,5 @@ def test_swe_store_list_and_prune_commands(tmp_path, capsys):
     assert "teacher cccccccccccc  onnx" in capsys.readouterr().out
     assert main(["store", "prune", store, "--runtime", "onnx"]) == 0
     assert "removed ns-" in capsys.readouterr().out and list_store(store) == []
-    assert main(["store", "list", str(tmp_path)]) == 1
+    assert main(["store", "list", str(tmp_path)]) == 2  # a wrong input (swe.commands)
     assert "not a teacher store" in capsys.readouterr().err

@@ -10,15 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from swe.build.losses import contrastive_loss, distillation_loss, kd_loss
-from swe.build.trainer import (
+from swe.build.stages.refine import RefineConfig
+from swe.build.training.losses import contrastive_loss, distillation_loss, kd_loss
+from swe.build.training.trainer import (
     RowAdam,
-    _fit_projection,
-    _loss,
-    _lr_factor,
-    _restore,
-    _save_state,
-    _step,
+    TrainJob,
+    batch_loss,
+    fit_projection,
+    lr_factor,
+    restore_state,
+    save_state,
+    train_step,
 )
 
 
@@ -40,8 +42,8 @@ def test_hybrid_loss_adds_the_weighted_cosine_distance_and_trains_the_projection
     src = torch.stack([weight[r].mean(0) for r in ROWS])
     relational = distillation_loss(src, teacher, 0.05)
     cos = (1 - F.cosine_similarity(src @ proj, teacher, dim=-1)).mean()
-    assert torch.allclose(_loss("distill", weight, batch, 0.05), relational)
-    hybrid = _loss("distill", weight, batch, 0.05, proj=proj, teacher_weight=0.7)
+    assert torch.allclose(batch_loss("distill", weight, batch, 0.05), relational)
+    hybrid = batch_loss("distill", weight, batch, 0.05, proj=proj, teacher_weight=0.7)
     assert torch.allclose(hybrid, relational + 0.7 * cos)
     hybrid.backward()
     assert proj.grad.abs().sum() > 0 and weight.grad.abs().sum() > 0
@@ -57,8 +59,8 @@ def test_contrastive_with_kd_weight_adds_the_weighted_kd_loss():
     src = torch.stack([weight[r].mean(0) for r in ROWS[:4]])
     tgt = torch.stack([weight[r].mean(0) for r in tgt_rows[:4]])
     plain = contrastive_loss(src, tgt, 0.05)
-    assert torch.allclose(_loss("contrastive", weight, batch, 0.05), plain)
-    assert torch.allclose(_loss("contrastive", weight, batch, 0.05, kd_weight=0.5),
+    assert torch.allclose(batch_loss("contrastive", weight, batch, 0.05), plain)
+    assert torch.allclose(batch_loss("contrastive", weight, batch, 0.05, kd_weight=0.5),
                           plain + 0.5 * kd_loss(src, tgt, teacher, 0.05))
 
 
@@ -69,14 +71,17 @@ def test_projection_starts_at_the_least_squares_fit():
     rows = ROWS * 2 + [[0], [1], [2, 3]]
     src = torch.stack([weight[r].mean(0) for r in rows])
     dev = [_batch(rows[:6], src[:6] @ true), _batch(rows[6:], src[6:] @ true)]
-    torch.testing.assert_close(_fit_projection(weight, dev), true, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(fit_projection(weight, dev), true, atol=1e-4, rtol=1e-4)
 
 
 def test_linear_schedule_decays_to_zero_at_max_steps():
-    linear = {"lr_schedule": "linear", "max_steps": 100}
-    assert [_lr_factor(linear, s) for s in (0, 50, 99, 100)] == pytest.approx([1, .5, .01, 0])
-    assert _lr_factor({"lr_schedule": "constant", "max_steps": 100}, 99) == 1.0
-    assert _lr_factor({"max_steps": 100}, 99) == 1.0  # configs from before the option
+    def job(**refine) -> TrainJob:
+        return TrainJob(RefineConfig(max_steps=100, **refine), "", 0, 0)
+
+    linear = job(lr_schedule="linear")
+    assert [lr_factor(linear, s) for s in (0, 50, 99, 100)] == pytest.approx([1, .5, .01, 0])
+    assert lr_factor(job(lr_schedule="constant"), 99) == 1.0
+    assert lr_factor(job(), 99) == 1.0  # the default (and configs from before the option)
 
 
 class _Checkpoint:
@@ -95,15 +100,16 @@ def test_checkpoint_restores_the_projection_and_both_params_adam_moments(tmp_pat
     opt = torch.optim.Adam(list(params.values()), lr=0.1)
     for _ in range(3):
         opt.zero_grad()
-        _loss("distill", params["weight"], _batch(ROWS, torch.randn(5, 6, generator=g)), 0.05,
+        batch_loss("distill", params["weight"], _batch(ROWS, torch.randn(5, 6, generator=g)), 0.05,
               proj=params["proj"], teacher_weight=1.0).backward()
         opt.step()
     best = params["weight"].detach() * 2
-    _save_state(str(tmp_path), params, best, opt, {"step": 3, "resumed_at": []})
+    save_state(str(tmp_path), params, best, opt, {"step": 3, "resumed_at": []})
 
     fresh = {k: torch.nn.Parameter(torch.zeros_like(p)) for k, p in params.items()}
     fresh_opt = torch.optim.Adam(list(fresh.values()), lr=0.1)
-    got_best, state = _restore(_Checkpoint(str(tmp_path)), fresh, fresh_opt, torch.device("cpu"))
+    got_best, state = restore_state(_Checkpoint(str(tmp_path)), fresh, fresh_opt,
+                                    torch.device("cpu"))
     assert state["resumed_at"] == [3] and state["adam_step"] == 3
     torch.testing.assert_close(got_best, best)
     for k, p in params.items():
@@ -129,9 +135,10 @@ def _every_row_batch(step: int, pairs: bool = False) -> dict:
     return batch
 
 
-def _config(optimizer: str, objective: str = "distill", world: int = 1, **extra) -> dict:
-    return {"world": world, "objective": objective, "tau": 0.05, "clip": 0.5, "lr": 0.05,
-            "max_steps": 10, "optimizer": optimizer, **extra}
+def _config(optimizer: str, objective: str = "distill", world: int = 1, **extra) -> TrainJob:
+    refine = RefineConfig(objective=objective, tau=0.05, clip=0.5, lr=0.05, max_steps=10,
+                          optimizer=optimizer, **extra)
+    return TrainJob(refine, "", 0, 0, world=world)
 
 
 def _trained(optimizer: str, batches: list[dict], proj: bool = False, **extra) -> tuple:
@@ -143,7 +150,7 @@ def _trained(optimizer: str, batches: list[dict], proj: bool = False, **extra) -
     opt = adam(list(params.values()), lr=0.05)
     config = _config(optimizer, **extra)
     for step, batch in enumerate(batches):
-        _step(config, params, opt, batch, 0, step)
+        train_step(config, params, opt, batch, 0, step)
     return params, opt
 
 
@@ -188,16 +195,16 @@ def test_sparse_optimizer_checkpoint_resumes_the_same_run(tmp_path):
     batches = [_every_row_batch(s) for s in range(3)] + \
         [_batch([[0, 1], [2]], torch.randn(2, T)) for _ in range(2)]
     params, opt = _trained("sparse", batches[:3], proj=True, teacher_weight=1.0)
-    _save_state(str(tmp_path), params, params["weight"].detach().clone(), opt,
+    save_state(str(tmp_path), params, params["weight"].detach().clone(), opt,
                 {"step": 3, "resumed_at": []})
     fresh = {k: torch.nn.Parameter(torch.zeros_like(p)) for k, p in params.items()}
     fresh_opt = RowAdam(list(fresh.values()), lr=0.05)
-    _, state = _restore(_Checkpoint(str(tmp_path)), fresh, fresh_opt, torch.device("cpu"))
+    _, state = restore_state(_Checkpoint(str(tmp_path)), fresh, fresh_opt, torch.device("cpu"))
     assert state["adam_step"] == 3
     config = _config("sparse", teacher_weight=1.0)
     for step, batch in enumerate(batches[3:], start=3):
         for p, o in ((params, opt), (fresh, fresh_opt)):
-            _step(config, p, o, batch, 0, step)
+            train_step(config, p, o, batch, 0, step)
     for k, p in params.items():
         torch.testing.assert_close(fresh[k].detach(), p.detach())
         for m in ("exp_avg", "exp_avg_sq"):
@@ -223,7 +230,7 @@ def _two_workers(rank: int, port: int, out: str) -> None:
                     list(params.values()), lr=0.05)
                 config = _config(optimizer, "contrastive", world=2)
                 for step, batch in enumerate(batches):
-                    _step(config, params, opt, _half(batch, rank), rank, step)
+                    train_step(config, params, opt, _half(batch, rank), rank, step)
                 result[f"{name}-{optimizer}"] = params["weight"].detach().clone()
         torch.save(result, f"{out}/rank{rank}.pt")
     finally:

@@ -4,7 +4,7 @@
 ``DIR/de-en.tsv.xz`` (headerless ``score<TAB>de<TAB>en``). Languages in a file name are in
 alphabetical order, as both releases name them. ``--repeat K`` writes every pair K times, each
 with a new random score (for growth benchmarks; the stage's dedup collapses the repeats unless
-``dedup = false``). ``--bench`` then times swe.build.pairs on every format in this process.
+``dedup = false``). ``--bench`` then times swe.build.pairs.sources on every format in this process.
 
     python tools/ccmatrix_fixture.py --pair en-de --out DIR [--repeat K] [--seed S] [--bench]
 """
@@ -151,9 +151,9 @@ def bench(out: Path, pair: str, repeat: int, seed: int) -> dict:
     """Read throughput (pairs/s, one process) of every format, and of hashing."""
     import pyarrow as pa
 
-    from swe.build.pair_readers import read_source
-    from swe.build.pairs import PairsConfig, plan_sources
-    from swe.build.pairtext import normalize, pair_hash
+    from swe.build.pairs.readers import read_source
+    from swe.build.pairs.sources import PairsConfig, plan_sources
+    from swe.build.pairs.text import normalize, pair_hash
     from swe.build.shuffle import shuffle_key
 
     normalize(pa.array(["warm-up"]))  # the once-per-process casefold table, not timed

@@ -5,6 +5,7 @@ extraction → pca → train_data → refine; see ``swe.build.stages``.
 """
 
 from swe.build.config import BuildConfig, ConfigError, load_config
-from swe.build.runner import StageResult, build
+from swe.build.runner import build
+from swe.build.stage import StageResult
 
 __all__ = ["BuildConfig", "ConfigError", "StageResult", "build", "load_config"]

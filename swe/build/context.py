@@ -14,7 +14,7 @@ from swe.model import StaticModel
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
-    from swe.build.store import Namespace
+    from swe.build.teacher.store import Namespace
 
 __all__ = ["BuildContext"]
 
@@ -28,14 +28,14 @@ class BuildContext:
     output: str
     teacher: str
     lease: Lease | None = None
-    runtime: dict | None = None  # the prepared ONNX form of the teacher (swe.build.runtime)
-    store: Namespace | None = None  # the teacher-output store's namespace (swe.build.store)
+    runtime: dict | None = None  # the prepared ONNX form of the teacher (swe.build.teacher.runtime)
+    store: Namespace | None = None  # the teacher-output store's namespace (swe.build.teacher.store)
 
     @classmethod
     def open(cls, cfg: BuildConfig) -> BuildContext:
         """Resolve paths, check the output is writable (now, not after an hour), take the
         output's lease (a second build into it stops here, naming the holder), start Ray."""
-        from swe.build.runtime import prepare
+        from swe.build.teacher.runtime import prepare
         from swe.raysetup import init_ray
 
         out = storage.output_url(cfg.output)
@@ -118,7 +118,7 @@ def _shipped(path: str, sha256: str, session: str) -> Any:
     session)."""
     import ray
 
-    from swe.build.runtime import load_model_bytes
+    from swe.build.teacher.runtime import load_model_bytes
 
     return ray.put(load_model_bytes({"path": path, "sha256": sha256}))
 
@@ -128,8 +128,8 @@ def _store(cfg: BuildConfig, teacher: str) -> Namespace:
     checked writable, before any work)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from swe.build.runtime import teacher_checksum
-    from swe.build.store import descriptor, open_namespace
+    from swe.build.teacher.runtime import teacher_checksum
+    from swe.build.teacher.store import descriptor, open_namespace
 
     trust = cfg.trust_remote_code
     dim = int(AutoConfig.from_pretrained(teacher, trust_remote_code=trust).hidden_size)

@@ -4,8 +4,9 @@
 the current version of an output through its manifest. See docs/bulk.md.
 """
 
-from swe.bulk.job import EncodeOptions, EncodeSummary, encode_files
+from swe.bulk.job import EncodeSummary, encode_files
 from swe.bulk.layout import output_parts, read_manifest, read_output
+from swe.bulk.options import EncodeOptions
 
 __all__ = ["EncodeOptions", "EncodeSummary", "encode_files", "output_parts", "read_manifest",
            "read_output"]

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe import storage
+from swe.bulk.options import EncodeOptions
 from swe.matrix import DTYPES
 
 __all__ = ["DTYPES", "Encoder", "quantize"]
@@ -43,17 +44,12 @@ def _node_id() -> str:
 class Encoder:
     """Ray Data actor: loads the model once; ``__call__`` takes one chunk row (batch_size=1)."""
 
-    def __init__(self, model: str, run_dir: str, text_col: str, id_col: str | None,
-                 keep: list[str], dtype: str = "float32", dim: int | None = None) -> None:
+    def __init__(self, model: str, run_dir: str, opts: EncodeOptions) -> None:
         from swe.model import StaticModel
 
         self.model = StaticModel.load(model)
         self.run_dir = run_dir
-        self.text_col = text_col
-        self.id_col = id_col
-        self.keep = keep
-        self.dtype = dtype
-        self.dim = dim
+        self.opts = opts
         self.node = _node_id()
 
     def _table(self, chunk: pa.Table) -> pa.Table:
@@ -61,17 +57,18 @@ class Encoder:
         def values(name: str) -> pa.Array:
             return chunk.column("c:" + name).combine_chunks().flatten()
 
-        texts = values(self.text_col)
-        vectors, _ = quantize(self.model.encode(texts.to_pylist()), self.dtype, self.dim)
+        texts = values(self.opts.text_column)
+        vectors, _ = quantize(self.model.encode(texts.to_pylist()), self.opts.dtype,
+                              self.opts.dim)
         n = len(texts)
         cols: dict = {}
-        if self.id_col:
-            cols[self.id_col] = values(self.id_col)
+        if self.opts.id_column:
+            cols[self.opts.id_column] = values(self.opts.id_column)
         else:
             first = chunk.column("row")[0].as_py()
             cols["file"] = pa.array([chunk.column("file")[0].as_py()] * n, pa.string())
             cols["row"] = pa.array(np.arange(first, first + n, dtype=np.int64))
-        for c in self.keep:
+        for c in self.opts.keep_columns:
             if c not in cols:
                 cols[c] = values(c)
         cols["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)),

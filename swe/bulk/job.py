@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 
 from swe import storage
 from swe.bulk import layout
-from swe.bulk.encoder import DTYPES, Encoder
+from swe.bulk.encoder import Encoder
+from swe.bulk.options import DTYPES, EncodeOptions
 from swe.bulk.read import check_types, plan, read_task
 from swe.lease import Lease
 from swe.raysetup import user_error
@@ -40,19 +41,6 @@ from swe.storage import expand_inputs, input_format
 __all__ = ["EncodeOptions", "EncodeSummary", "encode_files"]
 
 log = logging.getLogger("swe.bulk")
-
-
-@dataclass(frozen=True)
-class EncodeOptions:
-    """Everything that shapes the output: a change starts a new run."""
-
-    text_column: str = "text"
-    id_column: str | None = None
-    keep_columns: tuple[str, ...] = ()
-    dtype: str = "float32"
-    dim: int | None = None
-    fmt: str = "auto"
-    part_rows: int = 65536
 
 
 @dataclass
@@ -151,18 +139,14 @@ def _encode(model: str, output: str, run: str, opts: EncodeOptions, tasks: list[
         by_file.setdefault(int(f), []).append(int(c))
     if not tasks:
         return []
-    keep = list(opts.keep_columns)
     ds = ray.data.from_items(tasks, override_num_blocks=len(tasks))
     ds = ds.map_batches(read_task, batch_size=1, batch_format="pyarrow", num_cpus=0.25,
-                        fn_kwargs={"text_col": opts.text_column, "id_col": opts.id_column,
-                                   "keep": keep, "part_rows": opts.part_rows, "done": by_file})
+                        fn_kwargs={"opts": opts, "done": by_file})
     actors, max_actors, cpus = pool
     ds = ds.map_batches(Encoder, batch_size=1, batch_format="pyarrow", num_cpus=cpus,
                         compute=ray.data.ActorPoolStrategy(min_size=actors, max_size=max_actors),
                         fn_constructor_kwargs={
-                            "model": model, "run_dir": layout.run_dir(output, run),
-                            "text_col": opts.text_column, "id_col": opts.id_column,
-                            "keep": keep, "dtype": opts.dtype, "dim": opts.dim})
+                            "model": model, "run_dir": layout.run_dir(output, run), "opts": opts})
     new: list[dict] = []
     start = time.perf_counter()
     last = [start, start, sum(r["rows"] for r in done.values())]
@@ -277,17 +261,22 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
                 "schema": _schema(output, parts, opts, dim), "summary": asdict(summary)}
     lease.check()  # taken over while encoding: the other run owns the output now
     layout.publish(output, run, manifest, overwrite)
-    first = next((r["first_non_text"] for r in order if r.get("first_non_text")), "")
+    _print_summary(summary, next((r["first_non_text"] for r in order
+                                  if r.get("first_non_text")), ""))
+    return summary
+
+
+def _print_summary(summary: EncodeSummary, first_non_text: str) -> None:
+    """The job's last lines on stderr: a warning for non-text values, then the counts."""
     if summary.non_text_values:
         print(f"warning: {summary.non_text_values} text values were not strings (numbers, "
               f"booleans, lists or objects) and were encoded as zero vectors, like nulls; the "
-              f"first is at {first}", file=sys.stderr)
-    print(f"encoded {total} rows ({summary.null_texts} null, {summary.non_text_values} not "
-          f"text, {summary.empty_texts} empty, "
-          f"{summary.invalid_utf8_rows} with invalid UTF-8) in {seconds:.1f}s = "
-          f"{summary.rows_per_s:.0f} rows/s -> {output} ({len(parts)} parts, "
-          f"{len(done)} resumed; encoded on {summary.nodes} nodes)", file=sys.stderr)
-    return summary
+              f"first is at {first_non_text}", file=sys.stderr)
+    print(f"encoded {summary.rows} rows ({summary.null_texts} null, {summary.non_text_values} "
+          f"not text, {summary.empty_texts} empty, "
+          f"{summary.invalid_utf8_rows} with invalid UTF-8) in {summary.seconds:.1f}s = "
+          f"{summary.rows_per_s:.0f} rows/s -> {summary.output} ({summary.parts} parts, "
+          f"{summary.resumed_parts} resumed; encoded on {summary.nodes} nodes)", file=sys.stderr)
 
 
 def _group_done(task: dict, done: dict) -> bool:

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from swe.bulk.options import EncodeOptions
 from swe.storage import input_format, iter_lines, open_input
 
 __all__ = ["check_types", "count_rows", "plan", "read_task"]
@@ -233,12 +234,12 @@ def _parquet_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
         yield chunk, (None if chunk in skip else pa.Table.from_batches(pending)), _no_counts()
 
 
-def read_task(batch: pa.Table, text_col: str, id_col: str | None, keep: list[str], part_rows: int,
-              done: dict) -> Iterator[pa.Table]:
+def read_task(batch: pa.Table, opts: EncodeOptions, done: dict) -> Iterator[pa.Table]:
     """Ray Data UDF: one read descriptor → one row per chunk still to encode, holding the
     chunk's texts (and ids, kept columns) as lists, its part name and first row number."""
     desc = batch.slice(0, 1).to_pylist()[0]
-    cols = _columns(text_col, id_col, keep)
+    cols = _columns(opts.text_column, opts.id_column, list(opts.keep_columns))
+    part_rows = opts.part_rows
     skip = set(done.get(desc["file_index"], ()))
     reader = _parquet_chunks if desc["format"] == "parquet" else _text_chunks
     row = desc["row_offset"]

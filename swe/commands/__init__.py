@@ -1,13 +1,51 @@
 """The jobs behind ``swe build|encode|evaluate|analyze``: each module has ``parser(prog)`` and
-``main(argv, prog)``. ``pipelines/*.py`` are thin wrappers of these for ``ray job submit``."""
+``main(argv, prog)``. ``pipelines/*.py`` are thin wrappers of these for ``ray job submit``.
+
+Every command ends with one exit status, from one mapping (:func:`failed`; docs/using.md):
+
+- 0: done;
+- 1: the environment failed: a path that cannot be written or read for lack of permission or
+  space, an object store or Ray that does not answer, an output another run holds, an
+  evaluation that could not run (``OSError`` other than a missing path, ``RuntimeError``);
+- 2: what was given is wrong: the command line, the config, or an input, model, teacher or
+  store that is missing, corrupt or unusable (argparse's own errors, ``ValueError`` and
+  ``TypeError`` with every swe error built on them, ``FileNotFoundError``,
+  ``NotADirectoryError``, ``IsADirectoryError``);
+- 130: interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
 
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "failed",
+           "object_store_failure"]
 
-def object_store_failure(error: Exception, urls: Iterable[str]) -> int:
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+_WRONG_INPUT = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+_ENVIRONMENT = (OSError, RuntimeError)
+
+
+def failed(error: BaseException, urls: Iterable[str] = ()) -> int:
+    """Print ``error: …`` (one line) for ``error`` and return its exit status; re-raise an
+    error that is none of the kinds above (a bug: its traceback is what helps)."""
+    from swe.storage import object_store_error
+
+    if isinstance(error, KeyboardInterrupt):
+        print("error: interrupted; rerun the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    message = object_store_error(error, urls)
+    cause = getattr(error, "cause", None) or error  # a Ray task's error without its traceback
+    if message is None and not isinstance(cause, _WRONG_INPUT + _ENVIRONMENT):
+        raise error
+    print(f"error: {message or cause}", file=sys.stderr)
+    if message is not None or not isinstance(cause, _WRONG_INPUT):
+        return EXIT_FAILED
+    return EXIT_USAGE
+
+
+def object_store_failure(error: BaseException, urls: Iterable[str]) -> int:
     """Print the one-line message for an object-store failure (no credentials, an unreachable
     endpoint; see ``swe.storage.object_store_error``) and return exit status 1; re-raise any
     other error."""
@@ -17,4 +55,4 @@ def object_store_failure(error: Exception, urls: Iterable[str]) -> int:
     if message is None:
         raise error
     print(f"error: {message}", file=sys.stderr)
-    return 1
+    return EXIT_FAILED

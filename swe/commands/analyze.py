@@ -62,7 +62,7 @@ def _args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace
     return args
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Parse arguments and run the job; the exit status."""
     args = _args(argv, prog)
     speed = json.loads(Path(args.speed).read_text(encoding="utf-8")) if args.png else None
@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                                speed=speed, quality={s: float(q) for s, q in args.quality},
                                threads=args.threads, names=dict(args.name), ylabel=args.ylabel)
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        from swe.commands import failed
+
+        return failed(e)
     if text:
         print(text)
     if args.png:
@@ -80,7 +82,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False),
                                    encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

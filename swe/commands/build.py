@@ -48,27 +48,19 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from swe.raysetup import configure_console
 
     configure_console(verbose=args.verbose)
-    from swe.build import ConfigError, build, load_config
-    from swe.commands import object_store_failure
+    from swe.build import build, load_config
+    from swe.commands import failed
 
     urls = [args.output or "", *args.set]
     try:
         cfg = load_config(args.config, args.set, output=args.output)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # an object store's own errors; others re-raised
-        return object_store_failure(e, urls)
+    except Exception as e:  # one line and its exit status (swe.commands); others re-raised
+        return failed(e, urls)
     start = time.perf_counter()
     try:
         results = build(cfg, until=args.until)
-    except (OSError, ValueError) as e:  # storage errors and bad input name their path
-        # A Ray task's error without the remote traceback (its ``cause``).
-        print(f"error: {getattr(e, 'cause', None) or e}", file=sys.stderr)
-        return 1
-    except Exception as e:
-        return object_store_failure(e, [cfg.output, *(p for c in cfg.corpus.values()
-                                                      for p in c.paths)])
+    except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
+        return failed(e, [cfg.output, *(p for c in cfg.corpus.values() for p in c.paths)])
     if args.verbose:
         print(json.dumps({name: {k: v for k, v in r.to_json().items() if k != "shards"}
                           for name, r in results.items()}, indent=2))

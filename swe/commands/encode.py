@@ -19,6 +19,7 @@ from dataclasses import asdict
 
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The job's arguments (shared with `swe encode`)."""
+    from swe.bulk.options import add_arguments
     from swe.cli import HelpFormatter
 
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
@@ -27,15 +28,7 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="output dir or s3:// prefix")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an output path that is not an earlier encode output")
-    p.add_argument("--text-column", default="text", help="text column/field (Parquet, JSONL)")
-    p.add_argument("--id-column", help="id column/field to carry over; default: file + row")
-    p.add_argument("--keep-columns", nargs="+", default=[], help="columns to carry over")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "int8"],
-                   help="int8: round(v * 127), scale 1/127 in the manifest")
-    p.add_argument("--dim", type=int, help="keep the first DIM dimensions (re-normalised)")
-    p.add_argument("--format", default="auto", choices=["auto", "parquet", "jsonl", "text"],
-                   help="input format")
-    p.add_argument("--part-rows", type=int, default=65536, help="rows per output part")
+    add_arguments(p)
     p.add_argument("--actors", type=int, default=1, help="encoder actors at least")
     p.add_argument("--max-actors", type=int,
                    help="encoder actors at most (default: as many as the cluster has room for)")
@@ -46,26 +39,21 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Run the job; ``error: …`` and exit code 2 for a user's mistake."""
+    """Run the job; one ``error: …`` line and its exit status (:mod:`swe.commands`)."""
     args = parser(prog).parse_args(argv)
     from swe.raysetup import configure_console
 
     configure_console(verbose=args.verbose)
     from swe.bulk import EncodeOptions, encode_files
-    from swe.commands import object_store_failure
+    from swe.commands import failed
 
-    opts = EncodeOptions(text_column=args.text_column, id_column=args.id_column,
-                         keep_columns=tuple(args.keep_columns), dtype=args.dtype, dim=args.dim,
-                         fmt=args.format, part_rows=args.part_rows)
+    opts = EncodeOptions.from_args(args)
     try:
         summary = encode_files(args.model, args.input, args.output, options=opts,
                                actors=args.actors, max_actors=args.max_actors,
                                cpus_per_actor=args.cpus_per_actor, overwrite=args.overwrite)
-    except (OSError, ValueError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # an object store's own errors; others re-raised
-        return object_store_failure(e, [args.model, args.output, *args.input])
+    except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
+        return failed(e, [args.model, args.output, *args.input])
     print(json.dumps(asdict(summary)))
     return 0
 

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from swe.cli import HelpFormatter
+from swe.commands import failed
 from swe.eval.data import data_root
 from swe.eval.report import EvaluationError, evaluate
 from swe.eval.tasks import UnknownTaskError
@@ -57,12 +58,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     try:
         report = evaluate(args.model, args.tasks, args.data, args.distractors, args.speed,
                           args.threads)
-    except UnknownTaskError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except EvaluationError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    except (UnknownTaskError, EvaluationError) as e:
+        return failed(e)
     table = report.markdown()
     print(table)
     if args.markdown:

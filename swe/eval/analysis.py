@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -207,26 +208,7 @@ def quality_speed_plot(points: list[dict], path: str | os.PathLike, *,
         span = max(ys) - min(ys) or 1.0
         ax.set_ylim(min(ys) - 0.25 * span, max(ys) + 0.3 * span)
         fig.canvas.draw()
-        placed: list[tuple[float, float]] = []  # label centres in display pixels
-        for p, a in zip(points, area, strict=True):
-            label = p["name"]
-            if p.get("size_bytes"):
-                label += f"\n{p['size_bytes'] / 2**20:.0f} MiB"
-            x0, y0 = ax.transData.transform((p["sentences_per_s"], p["quality"]))
-            r = np.sqrt(a) / 2 + 4
-            # above, below, right, left of the marker: the first that clears placed labels
-            options = [((0, r), "center", "bottom"), ((0, -r), "center", "top"),
-                       ((r, 0), "left", "center"), ((-r, 0), "right", "center")]
-            for (dx, dy), ha, va in options:
-                scale = fig.dpi / 72
-                cx = x0 + dx * scale + {"left": 45, "right": -45, "center": 0}[ha] * scale
-                cy = y0 + dy * scale + {"bottom": 12, "top": -12, "center": 0}[va] * scale
-                if all(abs(cx - px) > 100 * scale or abs(cy - py) > 26 * scale
-                       for px, py in placed):
-                    break
-            placed.append((cx, cy))
-            ax.annotate(label, (p["sentences_per_s"], p["quality"]), xytext=(dx, dy),
-                        textcoords="offset points", ha=ha, va=va, fontsize=8)
+        _label_points(fig, ax, points, area)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if title:
@@ -237,6 +219,31 @@ def quality_speed_plot(points: list[dict], path: str | os.PathLike, *,
         fig.savefig(path, format="png")
     finally:
         plt.close(fig)
+
+
+def _label_points(fig: Any, ax: Any, points: list[dict], area: list[float]) -> None:
+    """Name each point beside its marker: above, below, right or left, the first place that
+    clears the labels already placed."""
+    placed: list[tuple[float, float]] = []  # label centres in display pixels
+    for p, a in zip(points, area, strict=True):
+        label = p["name"]
+        if p.get("size_bytes"):
+            label += f"\n{p['size_bytes'] / 2**20:.0f} MiB"
+        x0, y0 = ax.transData.transform((p["sentences_per_s"], p["quality"]))
+        r = np.sqrt(a) / 2 + 4
+        # above, below, right, left of the marker: the first that clears placed labels
+        options = [((0, r), "center", "bottom"), ((0, -r), "center", "top"),
+                   ((r, 0), "left", "center"), ((-r, 0), "right", "center")]
+        for (dx, dy), ha, va in options:
+            scale = fig.dpi / 72
+            cx = x0 + dx * scale + {"left": 45, "right": -45, "center": 0}[ha] * scale
+            cy = y0 + dy * scale + {"bottom": 12, "top": -12, "center": 0}[va] * scale
+            if all(abs(cx - px) > 100 * scale or abs(cy - py) > 26 * scale
+                   for px, py in placed):
+                break
+        placed.append((cx, cy))
+        ax.annotate(label, (p["sentences_per_s"], p["quality"]), xytext=(dx, dy),
+                    textcoords="offset points", ha=ha, va=va, fontsize=8)
 
 
 # -- the report of pipelines/analyze.py ------------------------------------------------------------

@@ -31,19 +31,20 @@ __all__ = ["Encoder", "EncoderKind", "TeacherEncoder", "load_encoder", "model_fi
            "size_bytes", "spec_help", "teacher_dir"]
 
 
+def teacher_dir(name: str) -> str:
+    """The directory of the teacher ``name`` (a folder, or ``minilm``); see
+    :func:`swe.build.teacher.model.teacher_dir`."""
+    from swe.build.teacher.model import teacher_dir as resolve_teacher
+
+    return resolve_teacher(name)
+
+
 class Encoder(Protocol):
     """Anything that embeds a list of texts as one row each."""
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """One embedding row per text."""
         ...
-
-
-def teacher_dir(name: str) -> str:
-    """The directory of the teacher ``name`` (a dir, or ``minilm``), as a build resolves it."""
-    from swe.build.config import BuildConfig
-
-    return BuildConfig(teacher=name).teacher_dir()
 
 
 @dataclass

@@ -17,7 +17,7 @@ import re
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.outputs import hashed_corpus
-from swe.build.runner import Section, StageResult
+from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, remote, run_sharded
 from swe.storage import input_format, iter_lines, open_input
 
@@ -66,6 +66,9 @@ SECTION = Section("corpus", CorpusConfig, keyed="corpus.<lang>",
 class Result(StageResult):
     """Line shards per language (``{"path", "lines"}`` each, in corpus order)."""
 
+    LOG: ClassVar[LogPhrases] = {"shards": None, "lines": ("{} lines", "lines"),
+                                 "invalid_utf8_lines": ("{} not UTF-8, skipped", None)}
+
     shards: dict[str, list[dict]]
     lines: int
     invalid_utf8_lines: int
@@ -73,7 +76,7 @@ class Result(StageResult):
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     """Problems with ``[corpus.*]``, appended to ``errors``."""
-    from swe.build.config import check_readable
+    from swe.build.fields import check_readable
 
     for lang in cfg.languages:
         if lang not in cfg.corpus or not cfg.corpus[lang].paths:

@@ -24,18 +24,19 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from swe import storage
-from swe.build.extractor import FIXED_POINT, Extractor, align, part_key, to_fixed
 from swe.build.markers import StageDir
 from swe.build.outputs import selected_parts, targets_url, vocab_url, vocab_words, writes_targets
-from swe.build.runner import Section, StageResult
 from swe.build.shuffle import partition_ids, read_files
+from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, Progress, actor_count, node_id, remote, run_sharded
+from swe.build.teacher.extractor import FIXED_POINT, Extractor, align, part_key, to_fixed
+from swe.build.teacher.runtime import RUNTIMES
 from swe.resources import Request
 
 if TYPE_CHECKING:
@@ -56,9 +57,7 @@ class ExtractionConfig:
 
     mode: str = field(default="sentence", metadata={"choices": {
         "sentence": "the paper", "model2vec": "each word alone"}, "help": "extraction mode"})
-    runtime: str = field(default="torch", metadata={"choices": {
-        "torch": "eager PyTorch", "onnx": "ONNX Runtime fp32",
-        "onnx-int8": "ONNX Runtime, int8 linear layers (fixed scales)"},
+    runtime: str = field(default="torch", metadata={"choices": RUNTIMES,
         "help": "how every teacher pass of the build runs (docs/teacher.md)"})
     store: str = field(default="", metadata={
         "help": "teacher-output store shared by builds (folder or s3:// prefix; '' = none): "
@@ -86,6 +85,11 @@ SECTION = Section("extraction", ExtractionConfig)
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):
     """Throughput of this run and the words that got vectors."""
+
+    LOG: ClassVar[LogPhrases] = {
+        "actors": ("{} actors", None), "sentences": ("{} sentences", "sentences"),
+        "word_vectors": ("{} word vectors", None), "words": ("{} words", None),
+        "words_without_vectors": ("{} words without a vector", None)}
 
     actors: int = 0  # 0 when every part was already done
     sentences: int = 0
@@ -138,7 +142,7 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     """The mode, whether it writes sentence embeddings, and the runtime unless it is torch (the
     actor pool's settings do not change the vectors)."""
     runtime = cfg.extraction.runtime
-    from swe.build.store import VALUE_FORMAT
+    from swe.build.teacher.store import VALUE_FORMAT
 
     return (cfg.extraction.mode,) + (("targets",) if writes_targets(cfg) else ()) + \
         ((("runtime", runtime),) if runtime != "torch" else ()) + \
@@ -169,7 +173,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     else:
         waves = _sentence_waves(ctx, selected_parts(ctx))
     stats = _extract(ctx, st, offsets, total, p, waves, attempt)
-    sources = [_wave_dir(st, w) for w in range(len(waves))] + \
+    sources = [wave_dir(st, w) for w in range(len(waves))] + \
         ([f"store-{attempt}"] if served else [])
     reduce = remote(reduce_sums, 256 * MiB + (total // p + 1) * 4096 * 3, "extraction (reduce)",
                     "extraction.partitions")
@@ -180,9 +184,9 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     (words,) = run_sharded(st, [("assemble", lambda: assemble.remote(
         st.dir, p, _vocab_urls(ctx), ctx.teacher, ctx.provenance("step1"), ctx.path("step1"),
         ctx.cfg.oov))])
-    _drop_stale(st, sources)  # what a killed run's orphaned actors wrote meanwhile
+    drop_stale(st, sources)  # what a killed run's orphaned actors wrote meanwhile
     if ctx.store is not None:
-        from swe.build.store import size
+        from swe.build.teacher.store import size
 
         files, nbytes = size(ctx.store)
         served["store_bytes"] = nbytes
@@ -205,8 +209,8 @@ def _serve_from_store(ctx: BuildContext, st: StageDir, offsets: dict[str, int], 
     targets of the stored ones are written like the actors' own. The store is the resume state:
     a rerun after a kill starts over here (in folders named by ``attempt``) and finds what the
     killed run stored."""
-    from swe.build.store import BUCKETS
-    from swe.build.store_lookup import lookup_bucket, split_requests
+    from swe.build.teacher.store import BUCKETS
+    from swe.build.teacher.store_lookup import lookup_bucket, split_requests
 
     for sub in ("req", "miss", "sums", "targets", "_shards"):
         storage.remove_tree(st.path(sub))
@@ -276,14 +280,14 @@ def _sentence_waves(ctx: BuildContext, urls: list[str]) -> list[Wave]:
     return waves
 
 
-def _wave_dir(st: StageDir, w: int) -> str:
+def wave_dir(st: StageDir, w: int) -> str:
     """The folder (under ``sums/`` and ``targets/``) of finished wave ``w``: the one its marker
     names (a marker written before attempts were named: ``wave<w>``)."""
     done = st.shard_done(f"wave-{w:05d}") or {}
     return done.get("dir", f"wave{w:05d}")
 
 
-def _drop_stale(st: StageDir, keep: list[str]) -> None:
+def drop_stale(st: StageDir, keep: list[str]) -> None:
     """Remove the folders under ``sums/`` and ``targets/`` that no finished wave of this run
     names: a killed attempt's, including files its orphaned actors wrote after the kill (a
     killed driver's actors live on for a moment and finish their batch)."""

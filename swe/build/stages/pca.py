@@ -14,14 +14,14 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.outputs import selected_parts, vocab_url
-from swe.build.runner import Section, StageResult
+from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, remote
 from swe.model import StaticModel
 from swe.raysetup import get
@@ -57,6 +57,11 @@ SECTION = Section("pca", PCAConfig)
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):
     """What PCA was fitted on and kept (empty with ``level = "none"``)."""
+
+    LOG: ClassVar[LogPhrases] = {
+        "fitted_on": ("fitted on {} sentences", "sentences"),
+        "dropped_top": ("top {} components dropped", None), "dim": ("{} dimensions", None),
+        "sif_a": ("SIF a {}", None)}
 
     fitted_on: int = 0
     dropped_top: int = 0

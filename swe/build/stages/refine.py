@@ -11,7 +11,7 @@ Every ``eval_every`` steps the validation loss is computed and reported; every
 moments, counters, history) goes to the run's storage; a restarted worker or a rerun build
 resumes from it. Early stopping after ``patience`` evaluations without a better
 validation loss; the best matrix is ``<output>/step3`` and ``<output>/model``, the curves are in
-``<output>/refinement/``. The loop each worker runs is ``swe.build.trainer``.
+``<output>/refinement/``. The loop each worker runs is ``swe.build.training.trainer``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.outputs import train_dev_urls
-from swe.build.runner import Section, StageResult
+from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, remote
-from swe.build.trainer import train_loop
+from swe.build.training.trainer import TrainJob, train_loop
 from swe.model import StaticModel
 from swe.resources import Request
 
@@ -108,6 +108,11 @@ SECTION = Section("refine", RefineConfig)
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):
     """How training went."""
+
+    LOG: ClassVar[LogPhrases] = {
+        "steps": ("{} steps", "steps"), "best_step": ("best at step {}", None),
+        "first_eval_dev_loss": ("", None), "train_rows": ("{} train rows", "rows"),
+        "dev_rows": ("{} dev rows", None)}
 
     steps: int
     best_step: int
@@ -246,18 +251,7 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
         resources["GPU"] = refine.gpus_per_worker
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"init_model": init_model, "objective": refine.objective,
-                           "batch_size": refine.batch_size, "lr": refine.lr,
-                           "lr_schedule": refine.lr_schedule,
-                           "optimizer": refine.optimizer,
-                           "teacher_weight": refine.teacher_weight,
-                           "kd_weight": refine.kd_weight,
-                           "clip": refine.clip, "tau": refine.tau,
-                           "max_steps": refine.max_steps, "eval_every": refine.eval_every,
-                           "patience": refine.patience, "seed": seed, "use_gpu": use_gpu,
-                           "checkpoint_every": refine.checkpoint_every,
-                           "shuffle_buffer": refine.shuffle_buffer, "train_rows": train_rows,
-                           "threads": max(1, int(refine.cpus_per_worker))},
+        train_loop_config={"job": TrainJob(refine, init_model, seed, train_rows)},
         datasets=_datasets(*data),
         dataset_config=DataConfig(datasets_to_split=["train"],
                                   execution_options=ExecutionOptions(preserve_order=True)),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -30,8 +30,8 @@ import pyarrow as pa
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.outputs import text_keys, vocab_url, vocab_words
-from swe.build.runner import Section, StageResult
 from swe.build.shuffle import by_partition, id_partition, partition_ids, read_files, write_groups
+from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, node_id, remote, run_sharded
 
 if TYPE_CHECKING:
@@ -62,6 +62,12 @@ SECTION = Section("selection", SelectionConfig)
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):
     """How many sentences the selection needs encoded, against V·N."""
+
+    LOG: ClassVar[LogPhrases] = {
+        "unique_sentences": ("{} sentences to encode", "sentences"),
+        "naive_encodes": ("V·N {}", None), "encode_ratio": ("ratio {}", None),
+        "words_below_n": ("{} words with fewer than N", None),
+        "words_without_sentence": ("{} words without a sentence", None)}
 
     unique_sentences: int
     naive_encodes: int

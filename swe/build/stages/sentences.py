@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +19,7 @@ import pyarrow as pa
 from swe import storage
 from swe.build.markers import StageDir
 from swe.build.outputs import hashed_corpus
-from swe.build.runner import Section, StageResult
+from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, remote, run_sharded
 from swe.text import split_sentences
 
@@ -48,6 +48,9 @@ SECTION = Section("sentences", SentenceConfig)
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):
     """Sentence shards per language (``{"path", "sentences", "shard_id"}`` each)."""
+
+    LOG: ClassVar[LogPhrases] = {"shards": None, "sentences": ("{} sentences", "sentences"),
+                                 "dropped_by_length": ("{} dropped by length", None)}
 
     shards: dict[str, list[dict]]
     sentences: int

@@ -2,9 +2,9 @@
 (Parquet shards under ``train/`` and ``dev/``); the driver holds only metadata.
 
 *Pairs* (``contrastive``, ``kd``): each ``[pairs.SRC-TGT]`` source (CCMatrix Moses zip or TSV,
-headered TSV, aligned files; :mod:`swe.build.pairs`) is streamed by a read task that filters rows
-(score, length window, identical sides, bad lines) and counts drops by reason. Duplicate pairs
-go to one block by a hash shuffle on the pair's hash, and the best-scored one stays;
+headered TSV, aligned files; :mod:`swe.build.pairs.sources`) is streamed by a read task that
+filters rows (score, length window, identical sides, bad lines) and counts drops by reason.
+Duplicate pairs go to one block by a hash shuffle on the pair's hash, and the best-scored one stays;
 ``max_pairs`` keeps a pair's best-scored rows (a distributed sort). A global sort on a seed-keyed
 hash of each pair shuffles them — a uniformly random order that is the same whatever the
 cluster or block layout — and the last ``min(dev_max, 10%)`` rows are validation.
@@ -26,21 +26,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pds
 
 from swe import storage
-from swe.build import pairs
 from swe.build.markers import StageDir, hashed
 from swe.build.outputs import selected_parts, targets_url, writes_targets
-from swe.build.pair_dataset import pair_splits
-from swe.build.pairs import PairsConfig
-from swe.build.runner import Section, StageResult
+from swe.build.pairs import sources as pairs
+from swe.build.pairs.dataset import pair_splits
+from swe.build.pairs.sources import PairsConfig
+from swe.build.pairs.splits import split_last, where
 from swe.build.shuffle import shuffle_key
-from swe.build.splits import split_last, where
+from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import actor_count, run_sharded
 
 if TYPE_CHECKING:
@@ -62,6 +62,11 @@ SECTION = Section("pairs", PairsConfig, keyed="pairs.<src-tgt>",
 class Result(StageResult):
     """Rows written per split; for pairs, kept rows per language pair and what was dropped."""
 
+    LOG: ClassVar[LogPhrases] = {
+        "train_rows": ("{} train rows", "rows"), "dev_rows": ("{} dev rows", None),
+        "pairs": ("{} pairs kept", None), "duplicates": ("{} duplicates dropped", None),
+        "over_max_pairs": ("{} over max_pairs dropped", None)}
+
     train_rows: int
     dev_rows: int
     pairs: dict[str, int] = field(default_factory=dict)
@@ -72,7 +77,7 @@ class Result(StageResult):
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     """Problems with ``[pairs.*]``."""
-    from swe.build.config import check_readable
+    from swe.build.fields import check_readable
 
     for key, p in cfg.pairs.items():
         try:
@@ -331,7 +336,7 @@ class TeacherEmbedder:
 
     def __init__(self, teacher_dir: str, token_budget: int = 16_384, threads: int | None = 1,
                  trust_remote_code: bool = False, onnx: Any = None) -> None:
-        from swe.build.runtime import open_teacher
+        from swe.build.teacher.model import open_teacher
 
         self.teacher = open_teacher(teacher_dir, onnx, threads, trust_remote_code)
         self.budget = token_budget

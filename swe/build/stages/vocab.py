@@ -15,7 +15,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +23,7 @@ import pyarrow as pa
 from swe import storage
 from swe.build.markers import StageDir, hashed
 from swe.build.outputs import text_keys, vocab_url
-from swe.build.runner import Section, StageResult
+from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, node_id, remote, run_sharded
 
 if TYPE_CHECKING:
@@ -55,6 +55,9 @@ SECTION = Section("vocab", VocabConfig)
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):
     """Vocabulary size and the lowest kept count, per language (words in ``<lang>.parquet``)."""
+
+    LOG: ClassVar[LogPhrases] = {"sizes": ("{} words", None),
+                                 "min_count_kept": ("min count {}", None)}
 
     sizes: dict[str, int]
     min_count_kept: dict[str, int]

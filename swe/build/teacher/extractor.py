@@ -79,7 +79,7 @@ class Extractor:
                  total: int, parts: int, out: str, token_budget: int, mode: str = "sentence",
                  threads: int | None = 1, trust_remote_code: bool = False,
                  targets: str | None = None, onnx: Any = None, store: Any = None) -> None:
-        from swe.build.runtime import open_teacher
+        from swe.build.teacher.model import open_teacher
         from swe.text import unk_token
 
         self.teacher = open_teacher(teacher_dir, onnx, threads, trust_remote_code)
@@ -92,7 +92,7 @@ class Extractor:
         self.mode = mode
         self.shift = len(self.teacher.spec.prefix)
         self.targets = targets
-        self.store = store  # a swe.build.store.Namespace: every sentence's units are kept there
+        self.store = store  # a store.Namespace: every sentence's units are kept there
         self.actor = f"{node_id()}:{os.getpid()}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -126,7 +126,7 @@ class Extractor:
         first_sid = int(batch.column("sid").to_numpy().min())
         first = f"b{first_sid:020d}"
         if stored:
-            from swe.build.store import write_rows
+            from swe.build.teacher.store import write_rows
 
             write_rows(self.store, stored, first_sid)
         if self.targets:
@@ -154,7 +154,7 @@ class Extractor:
         """Every unit's vector of row ``i`` rounded to the store's float16 (its store row), and
         the vectors of the words the row serves, taken from those rounded values so a word's
         sum is the same whether its sentence was encoded now or read from the store."""
-        from swe.build.store import sentence_key
+        from swe.build.teacher.store import sentence_key
 
         spans = units(text, language(lang), self.fast_tok, self.unk)
         keys = list(dict.fromkeys(k for k, _, _ in spans))

@@ -1,5 +1,5 @@
-"""Extraction against a teacher-output store (:mod:`swe.build.store`): the tasks that split the
-selected sentences by store bucket and serve what the store already holds.
+"""Extraction against a teacher-output store (:mod:`swe.build.teacher.store`): the tasks that
+split the selected sentences by store bucket and serve what the store already holds.
 
 1. One task per selection part writes its rows, keyed, into ``<stage>/req/b<k>/<part>.parquet``.
 2. One task per bucket reads that bucket's requests and the keys the store holds in the same
@@ -17,9 +17,10 @@ import numpy as np
 import pyarrow as pa
 
 from swe import storage
-from swe.build.extractor import to_fixed
 from swe.build.shuffle import by_partition, id_partition, write_groups
-from swe.build.store import (
+from swe.build.tasks import node_id
+from swe.build.teacher.extractor import to_fixed
+from swe.build.teacher.store import (
     BUCKETS,
     Namespace,
     bucket_of,
@@ -28,7 +29,6 @@ from swe.build.store import (
     sentence_key,
     unit_vectors,
 )
-from swe.build.tasks import node_id
 
 __all__ = ["lookup_bucket", "split_requests"]
 

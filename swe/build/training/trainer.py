@@ -28,14 +28,32 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from swe.build.row_adam import RowAdam, clip, touched, union
+from swe.build.training.row_adam import RowAdam, clip, touched, union
 from swe.model import StaticModel
 
-__all__ = ["Collate", "RowAdam", "load_state", "train_loop"]
+if TYPE_CHECKING:
+    from swe.build.stages.refine import RefineConfig
+
+__all__ = ["Collate", "RowAdam", "TrainJob", "load_state", "train_loop", "train_step"]
+
+
+@dataclass
+class TrainJob:
+    """What one Ray Train run needs: the ``[refine]`` section as itself (every option and its
+    default live there, nowhere else) and the run's own facts. ``world`` and ``collate`` are set
+    by each worker."""
+
+    refine: RefineConfig
+    init_model: str
+    seed: int
+    train_rows: int
+    world: int = 1
+    collate: Collate | None = None
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -106,7 +124,7 @@ def _sizes(rows: int, world: int) -> list[int]:
     return [c[0] for c in _counts([rows], world)]
 
 
-def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
+def batch_loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
           sizes: list[int] | None = None, rank: int = 0, proj: Any = None,
           teacher_weight: float = 0.0, kd_weight: float = 0.0) -> Any:
     """The objective's loss on one batch; with ``sizes`` (several workers), over the global
@@ -116,7 +134,7 @@ def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
     plus that times the kd loss."""
     import torch.nn.functional as F
 
-    from swe.build import losses
+    from swe.build.training import losses
 
     def own(name: str) -> Any:
         ids, offs = batch[name]
@@ -145,7 +163,7 @@ def _loss(objective: str, weight: Any, batch: dict[str, Any], tau: float,
 # -- checkpoints ----------------------------------------------------------------------------------
 
 
-def _save_state(directory: str, params: dict[str, Any], best: Any, opt: Any,
+def save_state(directory: str, params: dict[str, Any], best: Any, opt: Any,
                 state: dict) -> None:
     """``params`` (``weight``, and ``proj`` with the hybrid loss), the best matrix and Adam's
     moments of each (``exp_avg``, ``proj.exp_avg``, ...)."""
@@ -174,7 +192,7 @@ def load_state(directory: str) -> tuple[dict, dict]:
     return load_file(os.path.join(directory, "state.safetensors")), state
 
 
-def _restore(ckpt: Any, params: dict[str, Any], opt: Any, device: Any) -> tuple[Any, dict]:
+def restore_state(ckpt: Any, params: dict[str, Any], opt: Any, device: Any) -> tuple[Any, dict]:
     """Load a checkpoint into ``params`` and Adam's moments; ``(best matrix, state)``."""
     import torch
 
@@ -213,10 +231,10 @@ def _dev_loss(obj: str, weight: Any, dev: list[dict], tau: float) -> float:
     import torch
 
     with torch.no_grad():
-        return float(np.mean([float(_loss(obj, weight, b, tau)) for b in dev]))
+        return float(np.mean([float(batch_loss(obj, weight, b, tau)) for b in dev]))
 
 
-def _fit_projection(weight: Any, dev: list[dict]) -> Any:
+def fit_projection(weight: Any, dev: list[dict]) -> Any:
     """The hybrid loss's map from student to teacher space, started at the least-squares fit
     of the teacher's validation embeddings from the student's (then trained with the words)."""
     import torch
@@ -230,14 +248,14 @@ def _fit_projection(weight: Any, dev: list[dict]) -> Any:
         return torch.linalg.lstsq(src, teacher).solution
 
 
-def _lr_factor(config: dict, step: int) -> float:
+def lr_factor(job: TrainJob, step: int) -> float:
     """The learning rate's multiplier before step ``step + 1`` (``refine.lr_schedule``)."""
-    if config.get("lr_schedule", "constant") == "linear":
-        return max(0.0, 1.0 - step / config["max_steps"])
+    if job.refine.lr_schedule == "linear":
+        return max(0.0, 1.0 - step / job.refine.max_steps)
     return 1.0
 
 
-def _train_batches(config: dict, collate: Collate, epoch: int, skip: int) -> Iterator[dict]:
+def _train_batches(job: TrainJob, collate: Collate, epoch: int, skip: int) -> Iterator[dict]:
     """This worker's share of the training stream for one epoch, collated ahead in a thread:
     the global order from ``train_data`` plus a seeded local shuffle buffer per epoch; the
     first ``skip`` batches (already trained before a restart) are passed over."""
@@ -250,55 +268,55 @@ def _train_batches(config: dict, collate: Collate, epoch: int, skip: int) -> Ite
 
     shard = ray.train.get_dataset_shard("train")
     batches = shard.iter_torch_batches(
-        batch_size=config["batch_size"] // config["world"], drop_last=True,
+        batch_size=job.refine.batch_size // job.world, drop_last=True,
         collate_fn=Numpy(),
-        local_shuffle_buffer_size=config["shuffle_buffer"] or None,
-        local_shuffle_seed=config["seed"] * 100_003 + epoch if config["shuffle_buffer"] else None,
+        local_shuffle_buffer_size=job.refine.shuffle_buffer or None,
+        local_shuffle_seed=job.seed * 100_003 + epoch if job.refine.shuffle_buffer else None,
         prefetch_batches=2)
     for i, batch in enumerate(batches):
         if i >= skip:
             yield batch
 
 
-def _step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int,
+def train_step(job: TrainJob, params: dict[str, Any], opt: Any, batch: dict, rank: int,
           step: int) -> float | None:
     """One optimiser step on the global batch; ``None`` when it had fewer than 2 rows."""
-    if config.get("optimizer", "dense") == "sparse":
-        return _sparse_step(config, params, opt, batch, rank, step)
-    return _dense_step(config, params, opt, batch, rank, step)
+    if job.refine.optimizer == "sparse":
+        return _sparse_step(job, params, opt, batch, rank, step)
+    return _dense_step(job, params, opt, batch, rank, step)
 
 
-def _dense_step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int,
+def _dense_step(job: TrainJob, params: dict[str, Any], opt: Any, batch: dict, rank: int,
                 step: int) -> float | None:
     """``refine.optimizer = 'dense'``: the ``V x d`` gradient, all_reduced, and Adam on it."""
     import torch
 
-    world = config["world"]
+    world = job.world
     sizes = _sizes(batch["rows"], world)
     if sum(sizes) < 2:
         return None
-    loss = _loss(config["objective"], params["weight"], batch, config["tau"],
+    loss = batch_loss(job.refine.objective, params["weight"], batch, job.refine.tau,
                  sizes if world > 1 else None, rank, params.get("proj"),
-                 config.get("teacher_weight", 0.0), config.get("kd_weight", 0.0))
+                 job.refine.teacher_weight, job.refine.kd_weight)
     opt.zero_grad(set_to_none=False)
     loss.backward()
     for p in params.values():
         if world > 1:  # each worker's gradient covers its own rows of the one global loss
             torch.distributed.all_reduce(p.grad)
-    torch.nn.utils.clip_grad_norm_(list(params.values()), config["clip"])
+    torch.nn.utils.clip_grad_norm_(list(params.values()), job.refine.clip)
     for group in opt.param_groups:
-        group["lr"] = config["lr"] * _lr_factor(config, step)
+        group["lr"] = job.refine.lr * lr_factor(job, step)
     opt.step()
     return float(loss.detach())
 
 
-def _sparse_step(config: dict, params: dict[str, Any], opt: Any, batch: dict, rank: int,
+def _sparse_step(job: TrainJob, params: dict[str, Any], opt: Any, batch: dict, rank: int,
                  step: int) -> float | None:
     """``refine.optimizer = 'sparse'``: the loss on a copy of the batch's rows, their gradient
     rows exchanged with the other workers (``proj``'s all_reduced), lazy Adam on them."""
     import torch
 
-    world, weight, proj = config["world"], params["weight"], params.get("proj")
+    world, weight, proj = job.world, params["weight"], params.get("proj")
     ids, local = touched(batch)
     counts = _counts([batch["rows"], len(ids)], world)
     sizes = [c[0] for c in counts]
@@ -306,8 +324,9 @@ def _sparse_step(config: dict, params: dict[str, Any], opt: Any, batch: dict, ra
         return None
     ids = ids.to(weight.device)
     rows = weight.detach()[ids].requires_grad_()
-    loss = _loss(config["objective"], rows, local, config["tau"], sizes if world > 1 else None,
-                 rank, proj, config.get("teacher_weight", 0.0), config.get("kd_weight", 0.0))
+    r = job.refine
+    loss = batch_loss(r.objective, rows, local, r.tau, sizes if world > 1 else None, rank, proj,
+                      r.teacher_weight, r.kd_weight)
     opt.zero_grad(set_to_none=False)
     loss.backward()
     grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
@@ -315,17 +334,17 @@ def _sparse_step(config: dict, params: dict[str, Any], opt: Any, batch: dict, ra
         ids, grad = union(ids, grad, [c[1] for c in counts])
         if proj is not None:
             torch.distributed.all_reduce(proj.grad)
-    clip([grad] + ([proj.grad] if proj is not None else []), config["clip"])
+    clip([grad] + ([proj.grad] if proj is not None else []), job.refine.clip)
     for group in opt.param_groups:
-        group["lr"] = config["lr"] * _lr_factor(config, step)
+        group["lr"] = job.refine.lr * lr_factor(job, step)
     opt.step([(weight, ids, grad)])
     return float(loss.detach())
 
 
-def _evaluate(config: dict, state: dict, weight: Any, best: Any, dev: list[dict],
+def _evaluate(job: TrainJob, state: dict, weight: Any, best: Any, dev: list[dict],
               since: list[float]) -> Any:
     """Validation loss, early-stopping counters and history; the (new) best matrix."""
-    d = _dev_loss(config["objective"], weight, dev, config["tau"])
+    d = _dev_loss(job.refine.objective, weight, dev, job.refine.tau)
     if state["best_loss"] is None or d < state["best_loss"]:
         state.update(best_loss=d, best_step=state["step"], bad=0)
         best = weight.detach().clone()
@@ -337,7 +356,7 @@ def _evaluate(config: dict, state: dict, weight: Any, best: Any, dev: list[dict]
     return best
 
 
-def _report(config: dict, state: dict, params: dict[str, Any], best: Any, opt: Any, rank: int,
+def _report(job: TrainJob, state: dict, params: dict[str, Any], best: Any, opt: Any, rank: int,
             due: bool) -> None:
     import ray.train
 
@@ -346,58 +365,59 @@ def _report(config: dict, state: dict, params: dict[str, Any], best: Any, opt: A
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = None
         if rank == 0 and due:
-            _save_state(tmp, params, best, opt, state)
+            save_state(tmp, params, best, opt, state)
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
-def train_loop(config: dict) -> None:
-    """Ray Train worker loop (``config`` from :func:`run_training`)."""
+def train_loop(config: dict[str, TrainJob]) -> None:
+    """Ray Train worker loop; ``config["job"]`` is the run's :class:`TrainJob`."""
     import ray.train
     import torch
 
+    job = config["job"]
     ctx = ray.train.get_context()
-    rank, config["world"] = ctx.get_world_rank(), ctx.get_world_size()
-    torch.set_num_threads(max(1, int(config["threads"])))
-    torch.manual_seed(config["seed"])
-    device = ray.train.torch.get_device() if config["use_gpu"] else torch.device("cpu")
-    model = StaticModel.load(config["init_model"])
-    config["collate"] = collate = Collate(model)
-    dev = _dev_batches(collate, config["batch_size"])
+    rank, job.world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.set_num_threads(max(1, int(job.refine.cpus_per_worker)))
+    torch.manual_seed(job.seed)
+    device = ray.train.torch.get_device() if job.refine.gpus_per_worker > 0 else torch.device("cpu")
+    model = StaticModel.load(job.init_model)
+    job.collate = collate = Collate(model)
+    dev = _dev_batches(collate, job.refine.batch_size)
     if not dev:
         raise ValueError("refinement needs at least 2 validation rows with known words")
     weight = torch.nn.Parameter(torch.from_numpy(model.vectors.copy()).to(device))
     params = {"weight": weight}
-    if config.get("teacher_weight", 0.0) > 0 and config["objective"] == "distill":
-        params["proj"] = torch.nn.Parameter(_fit_projection(weight, dev))
-    adam = RowAdam if config.get("optimizer", "dense") == "sparse" else torch.optim.Adam
-    opt = adam(list(params.values()), lr=config["lr"])
+    if job.refine.teacher_weight > 0 and job.refine.objective == "distill":
+        params["proj"] = torch.nn.Parameter(fit_projection(weight, dev))
+    adam = RowAdam if job.refine.optimizer == "sparse" else torch.optim.Adam
+    opt = adam(list(params.values()), lr=job.refine.lr)
     best = weight.detach().clone()
     state = {"step": 0, "epoch": 0, "pos": 0, "best_loss": None, "best_step": 0, "bad": 0,
-             "history": [], "resumed_at": [], "train_rows": config["train_rows"],
+             "history": [], "resumed_at": [], "train_rows": job.train_rows,
              "dev_rows": sum(b["rows"] for b in dev)}
     ckpt = ray.train.get_checkpoint()
     if ckpt:
-        best, state = _restore(ckpt, params, opt, device)
+        best, state = restore_state(ckpt, params, opt, device)
     else:
-        state["initial_dev_loss"] = _dev_loss(config["objective"], weight, dev, config["tau"])
-    _epochs(config, state, params, opt, best, dev, rank)
+        state["initial_dev_loss"] = _dev_loss(job.refine.objective, weight, dev, job.refine.tau)
+    _epochs(job, state, params, opt, best, dev, rank)
 
 
-def _stopping(config: dict, state: dict) -> bool:
-    return state["step"] >= config["max_steps"] or state["bad"] >= config["patience"]
+def _stopping(job: TrainJob, state: dict) -> bool:
+    return state["step"] >= job.refine.max_steps or state["bad"] >= job.refine.patience
 
 
-def _epochs(config: dict, state: dict, params: dict[str, Any], opt: Any, best: Any,
+def _epochs(job: TrainJob, state: dict, params: dict[str, Any], opt: Any, best: Any,
             dev: list[dict], rank: int) -> None:
     """Train epoch after epoch until ``max_steps`` or early stopping."""
     last_saved, since = state["step"], []
-    while not _stopping(config, state):
+    while not _stopping(job, state):
         stepped = False
-        for batch in _train_batches(config, config["collate"], state["epoch"],
+        for batch in _train_batches(job, job.collate, state["epoch"],
                                     state["pos"]):
             t = time.perf_counter()
-            loss = _step(config, params, opt, batch, rank, state["step"])
+            loss = train_step(job, params, opt, batch, rank, state["step"])
             state["step_seconds"] = state.get("step_seconds", 0.0) + time.perf_counter() - t
             state["pos"] += 1
             if loss is None:
@@ -405,14 +425,14 @@ def _epochs(config: dict, state: dict, params: dict[str, Any], opt: Any, best: A
             stepped = True
             state["step"] += 1
             since.append(loss)
-            if state["step"] % config["eval_every"] and state["step"] < config["max_steps"]:
+            if state["step"] % job.refine.eval_every and state["step"] < job.refine.max_steps:
                 continue
-            best = _evaluate(config, state, params["weight"], best, dev, since)
-            due = state["step"] - last_saved >= config["checkpoint_every"] or _stopping(
-                config, state)
-            _report(config, state, params, best, opt, rank, due)
+            best = _evaluate(job, state, params["weight"], best, dev, since)
+            due = state["step"] - last_saved >= job.refine.checkpoint_every or _stopping(
+                job, state)
+            _report(job, state, params, best, opt, rank, due)
             last_saved = state["step"] if due else last_saved
-            if _stopping(config, state):
+            if _stopping(job, state):
                 return
         if not stepped and state["pos"] == 0:
             raise ValueError("an epoch of the training split gave no batch: it has fewer rows "

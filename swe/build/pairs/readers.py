@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from swe import storage
-from swe.build.pairs import STATS, PairsConfig, PairSource, languages
-from swe.build.pairtext import BOM, CORRUPT, FLOAT_SYNTAX, WHITESPACE, normalize
+from swe.build.pairs.sources import STATS, PairsConfig, PairSource, languages
+from swe.build.pairs.text import BOM, CORRUPT, FLOAT_SYNTAX, WHITESPACE, normalize
 
 __all__ = ["dev_sources", "held_out_documents", "read_source"]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["FORMAT", "RUNTIMES", "TeacherRuntimeError", "cache_root", "load_model_bytes",
-           "open_teacher", "prepare", "session", "teacher_checksum"]
+           "prepare", "session", "teacher_checksum"]
 
 RUNTIMES = {"torch": "eager PyTorch, fp32 on CPU (bf16 autocast on GPU)",
             "onnx": "ONNX Runtime, fp32",
@@ -123,7 +123,7 @@ def _make(teacher: str, runtime: str, folder: str, teacher_sha: str, source: dic
         raise TeacherRuntimeError(f"cannot write the teacher cache {parent} ({e}): set "
                                   "SWE_CACHE to a writable folder") from None
     tmp = f"{folder}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    cmd = [sys.executable, "-m", "swe.build.runtime", runtime, teacher, tmp,
+    cmd = [sys.executable, "-m", "swe.build.teacher.runtime", runtime, teacher, tmp,
            source["path"] if source else "", "1" if trust_remote_code else "0"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True)
@@ -168,21 +168,6 @@ def session(model: bytes, threads: int | None, device: str = "cpu") -> Any:
     if device.startswith("cuda"):
         providers.insert(0, "CUDAExecutionProvider")
     return ort.InferenceSession(model, opts, providers=providers)
-
-
-def open_teacher(path: str, onnx: Any, threads: int | None, trust_remote_code: bool) -> Any:
-    """The teacher as an actor runs it: on its GPU if it has one; with ``onnx`` (the model's
-    bytes, or their Ray object reference) in ONNX Runtime, else in torch."""
-    import ray
-
-    from swe.build.teacher import Teacher
-
-    if isinstance(onnx, ray.ObjectRef):
-        onnx = ray.get(onnx)
-    gpu = bool(ray.get_gpu_ids()) if ray.is_initialized() else False
-    device = "cuda" if gpu else "cpu"
-    return Teacher(path, device=device, threads=None if gpu else threads,
-                   trust_remote_code=trust_remote_code, onnx=onnx)
 
 
 # -- the child process: export and quantisation --------------------------------------------------
@@ -271,7 +256,8 @@ def _is_ffn_output(node: str) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m swe.build.runtime RUNTIME TEACHER OUT SOURCE TRUST``: make one cache entry."""
+    """``python -m swe.build.teacher.runtime RUNTIME TEACHER OUT SOURCE TRUST``: make one cache
+    entry."""
     runtime, teacher, out, source, trust = argv
     os.makedirs(out, exist_ok=True)
     made = (_export(teacher, out, trust == "1") if runtime == "onnx"

@@ -1,7 +1,7 @@
 """Row-sparse refinement's pieces (``refine.optimizer = 'sparse'``): a batch's distinct rows,
 their gradient rows summed over the workers (bytes follow the batch, not V), clipping over
 them, and :class:`RowAdam`, lazy Adam on the given rows. The step itself is
-``swe.build.trainer._sparse_step``.
+``swe.build.training.trainer._sparse_step``.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Formats (``format``; ``auto`` tells them apart by name and first line):
   The language of a member or file is its suffix, never its position in a name.
 
 :func:`plan_sources` turns a section into :class:`PairSource` s (small, picklable, JSON-able);
-``swe.build.pair_readers.read_source`` streams one as Arrow tables of kept pairs, and
-``swe.build.pairtext.pair_hash`` keys the stage's global dedup and random order.
+``swe.build.pairs.readers.read_source`` streams one as Arrow tables of kept pairs, and
+``swe.build.pairs.text.pair_hash`` keys the stage's global dedup and random order.
 No Ray, no torch.
 """
 
@@ -27,7 +27,7 @@ import zipfile
 from dataclasses import dataclass, field
 
 from swe import storage
-from swe.build.pairtext import BOM, CORRUPT, FLOAT_SYNTAX
+from swe.build.pairs.text import BOM, CORRUPT, FLOAT_SYNTAX
 
 __all__ = ["FORMATS", "STATS", "PairSource", "PairsConfig", "config_problems", "languages",
            "plan_sources"]

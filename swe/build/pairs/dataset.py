@@ -1,5 +1,5 @@
 """Translation pairs as Ray Datasets for stage ``train_data``: every planned source read and
-filtered in its own task (``swe.build.pair_readers``), deduplicated across files by pair hash
+filtered in its own task (``swe.build.pairs.readers``), deduplicated across files by pair hash
 (the best-scored copy wins), capped at each pair's ``max_pairs`` best rows, shuffled by the
 seed-keyed key and split into train and validation. The driver holds only the plan and counts.
 """
@@ -18,10 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from swe import storage
-from swe.build import pair_readers, pairs, pairtext
-from swe.build.pairs import PairsConfig
+from swe.build.pairs import readers as pair_readers
+from swe.build.pairs import sources as pairs
+from swe.build.pairs import text as pairtext
+from swe.build.pairs.sources import PairsConfig
+from swe.build.pairs.splits import split_last, where
 from swe.build.shuffle import shuffle_key
-from swe.build.splits import split_last, where
 from swe.raysetup import user_error
 
 if TYPE_CHECKING:
