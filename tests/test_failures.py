@@ -219,7 +219,7 @@ def test_missing_bucket(s3, tmp_path, corpus, capsys):
     assert "bucket 'no-such-bucket' does not exist" in err
     # A missing output bucket: an error before any work, and the bucket is not created.
     code, err = _cli(capsys, str(corpus), "s3://no-such-out-bucket/build")
-    assert code == 1 and "cannot write s3://no-such-out-bucket/build/work/" in err
+    assert code == 2 and "cannot write s3://no-such-out-bucket/build/work/" in err
     assert "check the bucket name and the credentials" in err
     names = [b["Name"] for b in boto3.client("s3").list_buckets()["Buckets"]]
     assert "no-such-out-bucket" not in names

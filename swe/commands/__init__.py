@@ -9,7 +9,7 @@ Every command ends with one exit status, from one mapping (:func:`failed`; docs/
   evaluation that could not run (``OSError`` other than a missing path, ``RuntimeError``);
 - 2: what was given is wrong: the command line, the config, or an input, model, teacher or
   store that is missing, corrupt or unusable (argparse's own errors, ``ValueError`` and
-  ``TypeError`` with every swe error built on them, ``FileNotFoundError``,
+  ``TypeError`` with every swe error built on them, ``FileNotFoundError``, ``FileExistsError``,
   ``NotADirectoryError``, ``IsADirectoryError``);
 - 130: interrupted (Ctrl-C).
 """
@@ -23,7 +23,8 @@ __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "failed",
            "object_store_failure"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-_WRONG_INPUT = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+_WRONG_INPUT = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
+                IsADirectoryError)
 _ENVIRONMENT = (OSError, RuntimeError)
 
 
