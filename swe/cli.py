@@ -156,12 +156,15 @@ def _store_parser() -> argparse.ArgumentParser:
         prog="swe store", formatter_class=HelpFormatter,
         description=LOCAL["store"] + " (docs/teacher.md)\n\nexample:\n"
         "  swe store list out/teacher-store\n"
-        "  swe store prune out/teacher-store --runtime onnx --older-than-days 30")
+        "  swe store prune out/teacher-store --runtime onnx --older-than-days 30 --dry-run")
     p.add_argument("action", choices=["list", "prune"])
     p.add_argument("store", help="the store's folder or s3:// prefix")
     p.add_argument("--teacher", help="prune: a teacher sha256 prefix (as `list` shows it)")
     p.add_argument("--runtime", help="prune: torch, onnx or onnx-int8")
-    p.add_argument("--older-than-days", type=float, help="prune: last written before this")
+    p.add_argument("--older-than-days", type=float,
+                   help="prune: last written more than this many days ago (> 0)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="prune: list what would be removed, and remove nothing")
     return p
 
 
@@ -171,11 +174,12 @@ def _store_main(argv: list[str]) -> int:
 
     try:
         found = list_store(args.store) if args.action == "list" else prune(
-            args.store, args.teacher, args.runtime, args.older_than_days)
+            args.store, args.teacher, args.runtime, args.older_than_days, args.dry_run)
     except Exception as e:  # one error line for a user's mistake or the object store
         return failed(e, [args.store])
+    verb = {"list": "", "prune": "would remove " if args.dry_run else "removed "}[args.action]
     for ns in found:
-        print(f"{'removed ' if args.action == 'prune' else ''}{ns['namespace']}  teacher "
+        print(f"{verb}{ns['namespace']}  teacher "
               f"{ns['teacher_sha256'][:12]}  {ns['runtime']:9}  {ns['sentences']:,} sentences  "
               f"{ns['bytes'] / 1e6:,.1f} MB  {ns['files']} files")
     if not found:

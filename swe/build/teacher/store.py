@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -34,8 +36,8 @@ import numpy as np
 from swe import storage
 
 __all__ = ["BUCKETS", "SEGMENTATION", "Namespace", "StoreError", "bucket_of", "descriptor",
-           "list_store", "open_namespace", "prune", "read_bucket_keys", "read_rows", "row_check",
-           "sentence_key", "size", "unit_vectors", "write_rows"]
+           "list_store", "open_namespace", "prune", "prune_problem", "read_bucket_keys",
+           "read_rows", "row_check", "sentence_key", "size", "unit_vectors", "write_rows"]
 
 MARKER = "_SWE_STORE.json"
 FORMAT = "swe-teacher-store"
@@ -220,7 +222,7 @@ def list_store(store: str) -> list[dict]:
         if not base.startswith("ns-"):
             continue
         url = storage.join(store, base)
-        desc = json.loads(storage.read_bytes(storage.join(url, "_NAMESPACE.json")))
+        desc = _namespace_descriptor(url)
         infos = fs.find(storage.filesystem(url)[1], detail=True)
         files = {k: v for k, v in infos.items() if k.endswith(".parquet")}
         rows = 0
@@ -239,27 +241,72 @@ def list_store(store: str) -> list[dict]:
     return out
 
 
+def _namespace_descriptor(url: str) -> dict:
+    """A namespace's ``_NAMESPACE.json``; a missing or damaged one is a :class:`StoreError`
+    naming it (the namespace can be removed by hand, or with ``prune`` once it is readable)."""
+    path = storage.join(url, "_NAMESPACE.json")
+    try:
+        desc = json.loads(storage.read_bytes(path))
+        if not isinstance(desc, dict) or not all(
+                k in desc for k in ("teacher_sha256", "runtime", "max_tokens", "dim")):
+            raise ValueError("not a namespace descriptor")
+    except FileNotFoundError:
+        raise StoreError(f"{path} is missing: {url} is not a complete namespace; remove that "
+                         "folder, or restore the file") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise StoreError(f"{path} is damaged ({e}); restore it from a backup, or remove "
+                         f"{url} (its sentences are encoded again when a build needs them)"
+                         ) from None
+    return desc
+
+
 def _mtime(info: dict) -> float:
     stamp = info.get("mtime") or info.get("LastModified") or info.get("created") or 0
     return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
 
 
-def prune(store: str, teacher: str | None = None, runtime: str | None = None,
-          older_than_days: float | None = None) -> list[dict]:
-    """Remove the namespaces matching every given filter (teacher: a sha256 prefix; age: the
-    newest write); the removed entries. With no filter nothing is removed."""
+def prune_problem(teacher: str | None, runtime: str | None,
+                  older_than_days: float | None) -> str | None:
+    """What is wrong with prune's filters, or ``None``. Every filter must be able to match less
+    than everything: no filter at all, an empty teacher prefix, an unknown runtime, or an age
+    that is not a finite number of days above 0 would remove every namespace."""
+    from swe.build.teacher.runtime import RUNTIMES
+
     if teacher is None and runtime is None and older_than_days is None:
-        raise StoreError("prune needs --teacher, --runtime or --older-than-days")
+        return ("prune needs --teacher, --runtime or --older-than-days: it removes the "
+                "namespaces that match every filter given (see them with `swe store list`)")
+    if teacher is not None and not re.fullmatch(r"[0-9a-f]{4,64}", teacher):
+        return (f"--teacher {teacher!r} is not a teacher: give at least 4 hex digits of its "
+                "sha256, as `swe store list` shows it (an empty value would match every "
+                "namespace)")
+    if runtime is not None and runtime not in RUNTIMES:
+        return f"--runtime {runtime!r} is not a runtime; choose {', '.join(RUNTIMES)}"
+    if older_than_days is not None and not (math.isfinite(older_than_days)
+                                            and older_than_days > 0):
+        return (f"--older-than-days {older_than_days} must be a finite number of days above 0 "
+                "(0, a negative value or nan would match every namespace)")
+    return None
+
+
+def prune(store: str, teacher: str | None = None, runtime: str | None = None,
+          older_than_days: float | None = None, dry_run: bool = False) -> list[dict]:
+    """Remove the namespaces matching every given filter (teacher: a sha256 prefix; age: the
+    newest write); the removed entries (with ``dry_run``, the ones that would be removed, and
+    nothing is). Filters that could match everything are refused (:func:`prune_problem`)."""
+    problem = prune_problem(teacher, runtime, older_than_days)
+    if problem:
+        raise StoreError(problem)
     cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
     removed = []
     for ns in list_store(store):
-        if teacher and not ns["teacher_sha256"].startswith(teacher):
+        if teacher is not None and not ns["teacher_sha256"].startswith(teacher):
             continue
-        if runtime and ns["runtime"] != runtime:
+        if runtime is not None and ns["runtime"] != runtime:
             continue
         if cutoff is not None and (ns["newest"] or 0) > cutoff:
             continue
-        storage.remove_tree(storage.join(store, ns["namespace"]))
+        if not dry_run:
+            storage.remove_tree(storage.join(store, ns["namespace"]))
         removed.append(ns)
     return removed
 
