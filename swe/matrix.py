@@ -67,8 +67,8 @@ def read_matrix(folder: ModelFolder, tensors: dict, dim: int | None) -> np.ndarr
         raise ModelFileError(f"{folder.config_path}: dtype = {dtype!r} is not one this swe reads "
                              f"({', '.join(DTYPES)}); upgrade swe")
     matrix = tensors[TENSOR]
-    if (dtype == "int8") != (matrix.dtype == np.int8):
-        recorded = f"dtype {dtype!r}" if dtype else "no dtype"
+    if str(matrix.dtype) != (dtype or "float32"):  # no dtype: a model from before the key
+        recorded = f"dtype {dtype!r}" if dtype else "no dtype (float32)"
         raise ModelFileError(f"{where}: the matrix is {matrix.dtype} but config.json records "
                              f"{recorded}; save the model again")
     if dim is not None and matrix.ndim == 2:

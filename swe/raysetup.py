@@ -21,7 +21,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["AUTH_LOGGER", "HARMLESS", "clear_status", "configure_console", "console", "get",
+__all__ = ["AUTH_LOGGER", "HARMLESS", "check_reachable", "clear_status", "configure_console",
+           "console", "get",
            "init_ray", "show_status", "user_error"]
 
 log = logging.getLogger("swe")
@@ -199,6 +200,7 @@ def init_ray(**kwargs) -> None:
         kwargs.setdefault("logging_level", logging.WARNING)  # not "Started a local Ray ..."
     address = os.environ.get("RAY_ADDRESS")
     if address:
+        check_reachable(address)
         ray.init(**kwargs)
     else:
         _local_defaults(kwargs)
@@ -206,6 +208,37 @@ def init_ray(**kwargs) -> None:
             _start_local(ray, kwargs)
     _quiet_ray_data()
     _log_cluster(address)
+
+
+#: Seconds a cluster named by ``RAY_ADDRESS`` may take to accept a connection.
+JOIN_TIMEOUT_S = 60
+
+
+def check_reachable(address: str, timeout: float = JOIN_TIMEOUT_S) -> None:
+    """Refuse, within ``timeout`` seconds, a ``RAY_ADDRESS`` where nothing accepts a connection
+    (Ray itself retries for ever, printing its own lines). ``auto``, ``local`` and ``ray://``
+    addresses are left to Ray."""
+    import socket
+    import time
+
+    if address in ("auto", "local") or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConnectionError(f"RAY_ADDRESS={address} is not HOST:PORT (e.g. 10.0.0.5:6379); "
+                              "fix it, or unset it to start a local Ray")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=5):
+                return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(
+                    f"nothing answers at RAY_ADDRESS={address} ({e}) after {timeout:.0f} s: "
+                    "start the cluster's head there, fix RAY_ADDRESS, or unset it to start a "
+                    "local Ray") from None
+            time.sleep(1)
 
 
 class LocalRayStartError(OSError):

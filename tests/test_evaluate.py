@@ -125,7 +125,7 @@ def test_evaluate_cli_end_to_end(data_dir, tmp_path):
     assert table[0].startswith("| model | stsb-dev |") and "sent/s" in table[0]
     assert table[2].startswith("| glove-50d | ")
     assert cli.main(["--model", "glove-50d", "--tasks", "nosuchtask"]) == 2
-    assert cli.main(["--model", str(tmp_path / "missing"), "--data", str(data_dir)]) == 1
+    assert cli.main(["--model", str(tmp_path / "missing"), "--data", str(data_dir)]) == 2
 
 
 def test_sts_fits_a_copy_of_a_fittable_encoder(tmp_path):

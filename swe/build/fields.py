@@ -17,8 +17,13 @@ __all__ = ["TYPES", "check_readable", "choices_text", "declared_type", "field_pr
 def check_readable(paths: list[str], where: str, errors: list[str]) -> None:
     """Append an error for each path (or glob) that cannot be listed or matches nothing."""
     for p in paths:
+        if not p.strip() or "\0" in p:
+            errors.append(f"{where}: {p!r} is not a path (empty, or holding a NUL byte)")
+            continue
         try:
             storage.expand_inputs([p])
+        except ValueError as e:  # a named pipe or a device: reading it would block
+            errors.append(f"{where}: {e}")
         except OSError as e:
             missing = _missing_bucket(p) if isinstance(e, FileNotFoundError) else ""
             errors.append(f"{where}: cannot read {p}: {e}{missing}; {storage.access_hint(p)}")

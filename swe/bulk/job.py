@@ -72,6 +72,12 @@ def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: in
         raise ValueError(f"--dim must be positive, got {opts.dim}")
     if opts.part_rows < 1 or actors < 1 or (max_actors is not None and max_actors < actors):
         raise ValueError("need --part-rows ≥ 1, --actors ≥ 1 and --max-actors ≥ --actors")
+    ours = ["embedding"] + ([] if opts.id_column else ["file", "row"])
+    taken = [c for c in (*opts.keep_columns, opts.id_column) if c in ours]
+    if taken:
+        raise ValueError(f"the output's own column {taken[0]!r} would replace the input's "
+                         f"column of that name; the output has {', '.join(ours)} (keep the "
+                         "input's under another name, or give --id-column)")
     for p in files:  # unknown formats fail here, before anything starts
         if input_format(p, opts.fmt)[0] == "text" and (opts.id_column or opts.keep_columns):
             raise ValueError(f"{p} is plain text (one text per line): it has no columns; drop "

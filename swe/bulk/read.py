@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe.bulk.options import EncodeOptions
-from swe.storage import input_format, iter_lines, open_input
+from swe.storage import input_format, is_text_type, iter_lines, open_input
 
 __all__ = ["check_types", "count_rows", "plan", "read_task"]
 
@@ -219,11 +219,10 @@ def _parquet_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
         pf = pq.ParquetFile(f)
         for rb in pf.iter_batches(batch_size=part_rows, row_groups=[desc["row_group"]],
                                   columns=cols):
-            if not (pa.types.is_string(rb.schema.field(cols[0]).type)
-                    or pa.types.is_large_string(rb.schema.field(cols[0]).type)):
+            if not is_text_type(rb.schema.field(cols[0]).type):
                 raise ValueError(f"{path}: column {cols[0]!r} is {rb.schema.field(cols[0]).type},"
                                  " not text (use --text-column)")
-            pending.append(rb)
+            pending.append(_decoded(rb))
             have += rb.num_rows
             while have >= part_rows:
                 table = pa.Table.from_batches(pending)
@@ -232,6 +231,15 @@ def _parquet_chunks(desc: dict, cols: list[str], part_rows: int, skip: set
                 pending, have, chunk = rest.to_batches(), rest.num_rows, chunk + 1
     if have:
         yield chunk, (None if chunk in skip else pa.Table.from_batches(pending)), _no_counts()
+
+
+def _decoded(rb: pa.RecordBatch) -> pa.RecordBatch:
+    """``rb`` with its dictionary-encoded columns (a pandas categorical) as plain values."""
+    if not any(pa.types.is_dictionary(f.type) for f in rb.schema):
+        return rb
+    columns = [c.dictionary_decode() if pa.types.is_dictionary(c.type) else c
+               for c in rb.columns]
+    return pa.RecordBatch.from_arrays(columns, names=rb.schema.names)
 
 
 def read_task(batch: pa.Table, opts: EncodeOptions, done: dict) -> Iterator[pa.Table]:

@@ -6,7 +6,7 @@ Every command ends with one exit status, from one mapping (:func:`failed`; docs/
 - 0: done;
 - 1: the environment failed: a path that cannot be written or read for lack of permission or
   space, an object store or Ray that does not answer, an output another run holds, an
-  evaluation that could not run (``OSError`` other than a missing path, ``RuntimeError``);
+  run that could not finish (``OSError`` other than a missing path, ``RuntimeError``);
 - 2: what was given is wrong: the command line, the config, or an input, model, teacher or
   store that is missing, corrupt or unusable (argparse's own errors, ``ValueError`` and
   ``TypeError`` with every swe error built on them, ``FileNotFoundError``, ``FileExistsError``,

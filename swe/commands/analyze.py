@@ -1,11 +1,10 @@
 """Paper §5 analyses of built models: norm vs frequency, top principal-component words, and a
 quality / speed plot.
 
-    python pipelines/analyze.py --model out/en-30k/step1 --model out/results/step2 \\
-        --model out/en-30k/step3 --json out/results/analysis.json \\
-        --speed out/results/speed.json --threads 1 \\
-        --quality out/en-30k/step3=74.68 --quality teacher:minilm=82.03 \\
-        --png out/results/quality_speed.png
+    swe analyze --model out/quickstart/model --json out/results/analysis.json
+
+(`python pipelines/analyze.py …` is the same job, for `ray job submit`; ``--png`` with
+``--speed`` and ``--quality`` also draws the quality / speed plot.)
 
 Prints a Markdown table of Spearman's ρ between word-vector L2 norm and frequency rank per model
 (per language for a multi-language model, from its build's ``work/vocab``), then each model's

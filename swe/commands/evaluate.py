@@ -1,10 +1,11 @@
 """Evaluate encoders on STS, Tatoeba, bitext mining and classification; measure their speed and
 size; print a Markdown table and write JSON.
 
-    python pipelines/evaluate.py --model out/en-30k/step3 --model teacher:minilm \\
-        --model potion-base-8m --tasks stsb-dev stsb-test classification --speed 10000 \\
-        --json out/results/en.json --markdown out/results/en.md
-    python pipelines/evaluate.py --model out/en-de/model --tasks tatoeba-deu bucc-deu
+    swe evaluate --model out/quickstart/model --model teacher:minilm \\
+        --tasks stsb-dev stsb-test --json out/results/quickstart.json
+    swe evaluate --model out/quickstart/model --tasks classification --speed 10000
+
+(`python pipelines/evaluate.py …` is the same job, for `ray job submit`.)
 
 SPEC: a model dir (StaticModel or EnsembleModel, local or s3://), teacher:DIR|minilm,
 model2vec:DIR, gem:DIR (GEM pooling over a StaticModel), potion-base-8m, wordllama-256,
@@ -51,23 +52,44 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def _check(args: argparse.Namespace) -> None:
+    """Refuse, before any work, numbers out of range and report paths that cannot be written."""
+    for name, value, low in (("--threads", args.threads, 1), ("--speed", args.speed, 0),
+                             ("--distractors", args.distractors, 1)):
+        if value is not None and value < low:
+            raise ValueError(f"{name} {value}: must be at least {low}")
+    for name in ("json", "markdown"):
+        path = getattr(args, name)
+        if path is None:
+            continue
+        if not path.strip() or "\0" in path:
+            raise ValueError(f"--{name} {path!r}: give a file path")
+        if Path(path).is_dir():
+            suffix = "md" if name == "markdown" else name
+            raise ValueError(f"--{name} {path} is a folder; name a file in it, e.g. "
+                             f"{Path(path) / ('results.' + suffix)}")
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Parse arguments and run the job; the exit status."""
     args = parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
+        _check(args)
         report = evaluate(args.model, args.tasks, args.data, args.distractors, args.speed,
                           args.threads)
-    except (UnknownTaskError, EvaluationError) as e:
+    except (UnknownTaskError, EvaluationError, ValueError) as e:
         return failed(e)
     table = report.markdown()
     print(table)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(table + "\n")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=1))
+    try:
+        for path, text in ((args.markdown, table + "\n"),
+                           (args.json, json.dumps(report.to_dict(), indent=1))):
+            if path:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                Path(path).write_text(text)
+    except OSError as e:  # the table is printed above: nothing is lost
+        return failed(e)
     return 0
 
 

@@ -94,6 +94,9 @@ def _teacher(arg: str, threads: int | None) -> Encoder:
 def _model2vec(path: str | os.PathLike) -> Encoder:
     from model2vec import StaticModel as M2V
 
+    if not os.path.isdir(path):  # model2vec would look a missing folder up on a model hub
+        raise FileNotFoundError(f"model2vec model not found: {path} is not a folder (swe never "
+                                "downloads a model)")
     return M2V.from_pretrained(str(path))
 
 

@@ -18,8 +18,9 @@ __all__ = ["EvaluationError", "Report", "evaluate"]
 log = logging.getLogger(__name__)
 
 
-class EvaluationError(RuntimeError):
-    """An encoder or task that could not run; the message names it and says why."""
+class EvaluationError(ValueError):
+    """An encoder, task or data folder that is missing or unusable; the message names it and
+    says why (exit status 2, like every wrong input: swe.commands)."""
 
 
 @dataclass

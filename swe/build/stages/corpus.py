@@ -10,11 +10,8 @@ are not valid UTF-8 are counted and skipped, decoded with U+FFFD, or stop the bu
 
 from __future__ import annotations
 
-import gzip
 import json
-import lzma
 import re
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -94,7 +91,7 @@ def _check_formats(c: CorpusConfig, lang: str, errors: list[str]) -> None:
     TSV header lacks the language's column, and for a language whose files hold no text."""
     try:
         files = storage.expand_inputs(c.paths)
-    except OSError:
+    except (OSError, ValueError):
         return  # check_readable said why
     texts = 0
     for path in files:
@@ -213,25 +210,23 @@ def _decode(raw: bytes, path: str, on_bad_bytes: str, stats: dict) -> str | None
         return raw.decode("utf-8", errors="replace") if on_bad_bytes == "replace" else None
 
 
-# What a truncated or corrupt compressed stream raises while it is read.
-_CORRUPT = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
-
-
 def _lines(path: str, fmt: str, text_column: str, stats: dict,
            on_bad_bytes: str = "skip") -> Iterator[str]:
     """Non-blank lines (or Parquet/JSONL texts) of one input file, in order; an error reading
     it (a truncated/corrupt compressed file, storage) names ``path``."""
     try:
         yield from _file_lines(path, fmt, text_column, stats, on_bad_bytes)
-    except _CORRUPT as e:
-        raise ValueError(f"{path}: truncated or corrupt compressed file after line "
-                         f"{stats['read']} ({type(e).__name__}: {e}); re-create or re-download "
-                         "it, or leave it out of [corpus] paths") from None
     except (PermissionError, FileNotFoundError) as e:
         raise type(e)(f"cannot read {path} ({e}): {storage.access_hint(path)}") from None
     except pa.ArrowException as e:  # not Parquet, cut short, or a column that is not text
         raise ValueError(f"{path}: {str(e).splitlines()[0]}; re-create or re-download it, or "
                          "leave it out of [corpus] paths") from None
+    except Exception as e:
+        if not storage.corrupt_stream(e):
+            raise
+        raise ValueError(f"{path}: truncated or corrupt compressed file after line "
+                         f"{stats['read']} ({type(e).__name__}: {e}); re-create or re-download "
+                         "it, or leave it out of [corpus] paths") from None
 
 
 def _file_lines(path: str, fmt: str, text_column: str, stats: dict,
@@ -248,7 +243,7 @@ def _file_lines(path: str, fmt: str, text_column: str, stats: dict,
         return
     column = None
     with open_input(path) as f:
-        for raw in iter_lines(f):
+        for raw in iter_lines(f, universal=True):
             line = _decode(raw, path, on_bad_bytes, stats)
             stats["read"] += 1
             if line is None:
@@ -276,7 +271,7 @@ def _check_text_column(path: str, schema: pa.Schema, column: str) -> None:
         raise ValueError(f"{path}: no column {column!r} (it has {', '.join(schema.names)}); set "
                          "corpus.<lang>.text_column")
     kind = schema.field(column).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    if not storage.is_text_type(kind):
         raise ValueError(f"{path}: column {column!r} is {kind}, not text; set "
                          "corpus.<lang>.text_column to a text column")
 

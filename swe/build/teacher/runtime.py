@@ -186,8 +186,9 @@ def _export(teacher: str, out: str, trust_remote_code: bool) -> dict:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(teacher, trust_remote_code=trust_remote_code)
-    model = AutoModel.from_pretrained(teacher, attn_implementation="eager",
+    tok = AutoTokenizer.from_pretrained(teacher, local_files_only=True,
+                                        trust_remote_code=trust_remote_code)
+    model = AutoModel.from_pretrained(teacher, local_files_only=True, attn_implementation="eager",
                                       trust_remote_code=trust_remote_code).eval()
     sample = _inputs(tok, ["a short one", "and a somewhat longer second sentence"])
     names = list(sample)
@@ -223,7 +224,8 @@ def _quantize(teacher: str, source: str, out: str, trust_remote_code: bool) -> d
     from onnxruntime.quantization.shape_inference import quant_pre_process
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(teacher, trust_remote_code=trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(teacher, local_files_only=True,
+                                        trust_remote_code=trust_remote_code)
     lines = [s for s in _CALIBRATION.read_text(encoding="utf-8").splitlines()
              if s and not s.startswith("#")]
     pre = os.path.join(out, "pre.onnx")

@@ -275,8 +275,8 @@ def prune_problem(teacher: str | None, runtime: str | None,
     if teacher is None and runtime is None and older_than_days is None:
         return ("prune needs --teacher, --runtime or --older-than-days: it removes the "
                 "namespaces that match every filter given (see them with `swe store list`)")
-    if teacher is not None and not re.fullmatch(r"[0-9a-f]{4,64}", teacher):
-        return (f"--teacher {teacher!r} is not a teacher: give at least 4 hex digits of its "
+    if teacher is not None and not re.fullmatch(r"[0-9a-f]{1,64}", teacher):
+        return (f"--teacher {teacher!r} is not a teacher: give hex digits of its "
                 "sha256, as `swe store list` shows it (an empty value would match every "
                 "namespace)")
     if runtime is not None and runtime not in RUNTIMES:
