@@ -64,7 +64,8 @@ def info(path: str) -> dict:
 
 def _info_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swe info", formatter_class=HelpFormatter,
-                                description=LOCAL["info"] + "\n\nexample: swe info out/quickstart/model")
+                                description=LOCAL["info"]
+                                + "\n\nexample: swe info out/quickstart/model")
     p.add_argument("model", help="a saved swe model (dir or s3:// prefix)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p

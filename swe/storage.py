@@ -12,10 +12,9 @@ import io
 import logging
 import os
 import re
-import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, BinaryIO
+from typing import Any
 
 import fsspec
 from fsspec import AbstractFileSystem
@@ -25,22 +24,17 @@ log = logging.getLogger("swe.storage")
 __all__ = [
     "absolute",
     "access_hint",
-    "check_regular_file",
     "check_writable",
     "child_names",
     "data_path",
-    "expand_inputs",
     "filesystem",
     "find",
     "fingerprint",
-    "input_format",
     "is_local",
-    "iter_lines",
     "join",
     "load_npz",
     "load_tokenizer",
     "naming",
-    "open_input",
     "output_url",
     "overlaps",
     "pyarrow_filesystem",
@@ -54,11 +48,6 @@ __all__ = [
     "write_bytes_atomic",
     "write_parquet",
 ]
-
-_COMPRESSION = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bz2"}
-_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
-            ".json": "jsonl", ".txt": "text", ".text": "text"}
-
 
 def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
     """The fsspec filesystem for ``url`` and the path within it."""
@@ -324,32 +313,6 @@ def pyarrow_filesystem(url: str) -> tuple[Any, str]:
     return PyFileSystem(FSSpecHandler(fs)), path
 
 
-# -- input files ---------------------------------------------------------------------------------
-
-
-def _split_compression(path: str) -> tuple[str, str | None]:
-    for ext, comp in _COMPRESSION.items():
-        if path.endswith(ext):
-            return path[: -len(ext)], comp
-    return path, None
-
-
-def input_format(path: str, fmt: str = "auto", flag: str = "--format") -> tuple[str, str | None]:
-    """``(format, compression)`` of an input file; ``fmt`` overrides the extension. ``flag``:
-    how the user sets it (the encoder's ``--format``, a build's ``corpus.<lang>.format``)."""
-    stem, comp = _split_compression(path)
-    if fmt != "auto":
-        if fmt not in ("parquet", "jsonl", "text"):
-            raise ValueError(f"unknown {flag} {fmt!r}; use auto, parquet, jsonl or text")
-        return fmt, comp
-    ext = os.path.splitext(stem)[1].lower()
-    if ext not in _FORMATS:
-        raise ValueError(f"cannot tell the format of {path} from its extension; set {flag} to "
-                         "parquet, jsonl or text")
-    return _FORMATS[ext], comp
-
-
-#: The sample corpus that ships with the package (swe/data/sample/README.md).
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sample")
 
 
@@ -365,190 +328,6 @@ def data_path(path: str) -> str:
 
         return os.path.join(data_root(), path.removeprefix("{data}/"))
     return path
-
-
-def expand_inputs(patterns: list[str]) -> list[str]:
-    """Files matched by paths, globs or directories (recursively; ``{data}/`` and ``{sample}/``
-    resolved by :func:`data_path`), sorted; never empty. A file named twice (the same path, or a
-    folder and a file in it) is read once, with a warning naming it; a local path that is not a
-    regular file or folder (a named pipe, a device) is refused before anything reads it."""
-    files: list[str] = []
-    seen: set[str] = set()
-    for given in patterns:
-        for found in _matches(given):
-            key = os.path.realpath(found) if is_local(found) else found
-            if key in seen:
-                log.warning("%s is named twice among the inputs (%s); it is read once", found,
-                            given)
-                continue
-            seen.add(key)
-            files.append(found)
-    return files
-
-
-def _matches(given: str) -> list[str]:
-    """The files one path, glob or directory names, sorted."""
-    if not given.strip() or "\0" in given:
-        raise ValueError(f"{given!r} is not a path (empty, or holding a NUL byte)")
-    pattern = data_path(given)
-    hint = f" ({given}: set SWE_DATA to the data root)" if given.startswith("{data}/") else ""
-    fs, path = filesystem(pattern)
-    proto = "" if is_local(pattern) else pattern.split("://", 1)[0] + "://"
-    if any(c in path for c in "*?["):
-        found = sorted(fs.glob(path))
-    elif fs.isdir(path):
-        found = sorted(p for p in fs.find(path) if not os.path.basename(p).startswith(("_", ".")))
-    elif fs.exists(path):
-        found = [path]
-    else:
-        raise FileNotFoundError(f"input not found: {pattern}{hint}")
-    found = [p for p in found if not fs.isdir(p)]
-    if not found:
-        raise FileNotFoundError(f"no input files match {pattern}{hint}")
-    if not proto:
-        for p in found:
-            check_regular_file(p)
-    return [proto + p for p in found]
-
-
-def check_regular_file(path: str) -> None:
-    """Refuse a local path that is not a regular file (a named pipe or a device would block or
-    never end when read), naming it."""
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        kind = "a named pipe" if stat.S_ISFIFO(mode) else "not a regular file"
-        raise ValueError(f"{path} is {kind}: swe reads regular files and folders only")
-
-
-def open_input(path: str) -> BinaryIO:
-    """A binary stream of an input file (local or s3://), decompressed by its extension. A
-    truncated zstd stream raises ``EOFError`` at its end, as gzip, xz and bz2 do (zstandard's
-    own reader ends it silently, as if the file were shorter)."""
-    fs, p = filesystem(path)
-    _, comp = _split_compression(path)
-    if comp == "zstd":
-        return io.BufferedReader(_ZstdReader(fs.open(p, "rb")), 1 << 16)
-    return fs.open(p, "rb", compression=comp)
-
-
-class _ZstdReader(io.RawIOBase):
-    """Decompressed zstd frames of a raw stream; ``EOFError`` when it ends inside a frame."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        import zstandard
-
-        self._zstd, self._raw = zstandard, raw
-        self._obj = zstandard.ZstdDecompressor().decompressobj()
-        self._out, self._started = b"", False
-
-    def readable(self) -> bool:
-        """A reader."""
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        """Fill ``buffer`` with decompressed bytes; 0 at the end of the last whole frame."""
-        while not self._out:
-            chunk = self._raw.read(1 << 16)
-            if not chunk:
-                if self._started and not self._obj.eof:
-                    raise EOFError("compressed file ended before the end-of-stream marker was "
-                                   "reached")
-                return 0
-            self._feed(chunk)
-        n = min(len(buffer), len(self._out))
-        buffer[:n], self._out = self._out[:n], self._out[n:]
-        return n
-
-    def _feed(self, chunk: bytes) -> None:
-        while chunk:
-            if self._obj.eof:  # the next frame of a multi-frame file
-                self._obj = self._zstd.ZstdDecompressor().decompressobj()
-            self._started = True
-            self._out += self._obj.decompress(chunk)
-            chunk = self._obj.unused_data if self._obj.eof else b""
-
-    def close(self) -> None:
-        """Close the raw stream too."""
-        self._raw.close()
-        super().close()
-
-
-def iter_lines(f: BinaryIO, chunk_size: int = 1 << 22,
-               universal: bool = False) -> Iterator[bytes]:
-    """Lines of a binary stream without their ``\\n``; works on any stream with ``read``
-    (some decompressors cannot ``readline``). A last line without a newline still counts. A
-    line longer than a chunk is joined once from its pieces (memory ~2x the line). With
-    ``universal``, ``\\r\\n`` and a lone ``\\r`` end a line too (old Mac files; never for
-    line-aligned pair files, where a stray ``\\r`` on one side would shift every pair)."""
-    lines = _lines(f, chunk_size)
-    return _universal(lines) if universal else lines
-
-
-def _universal(lines: Iterator[bytes]) -> Iterator[bytes]:
-    for line in lines:
-        if b"\r" in line:
-            yield from line.removesuffix(b"\r").split(b"\r")
-        else:
-            yield line
-
-
-def _lines(f: BinaryIO, chunk_size: int) -> Iterator[bytes]:
-    parts: list[bytes] = []
-    while chunk := f.read(chunk_size):
-        lines = chunk.split(b"\n")
-        if len(lines) == 1:
-            parts.append(chunk)
-            continue
-        parts.append(lines[0])
-        yield b"".join(parts)
-        yield from lines[1:-1]
-        parts = [lines[-1]]
-    if rest := b"".join(parts):
-        yield rest
-
-
-def peek_lines(path: str, limit: int = 2) -> list[bytes]:
-    """The first ``limit`` non-blank lines of a (possibly compressed) text file, reading no
-    further than needed; a compressed file that is cut short or is not what its name says is a
-    ``ValueError`` naming it (:func:`corrupt_stream`)."""
-    out: list[bytes] = []
-    try:
-        with open_input(path) as f:
-            for line in iter_lines(f, 1 << 16):
-                if line.strip():
-                    out.append(line.removeprefix(b"\xef\xbb\xbf") if not out else line)
-                    if len(out) == limit:
-                        break
-    except Exception as e:
-        if not corrupt_stream(e):
-            raise
-        raise ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: "
-                         f"{e}); re-create or re-download it") from None
-    return out
-
-
-def is_text_type(kind: Any) -> bool:
-    """Whether an Arrow type holds text: string, large string, or a dictionary of them (what
-    pandas writes for a categorical column)."""
-    import pyarrow as pa
-
-    if pa.types.is_dictionary(kind):
-        kind = kind.value_type
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
-
-
-def corrupt_stream(e: BaseException) -> bool:
-    """Whether ``e`` is what reading a truncated or corrupt compressed stream raises (gzip, xz,
-    bz2, zstd; also data of another format under a compressed name)."""
-    import gzip
-    import lzma
-    import zlib
-
-    if isinstance(e, EOFError | lzma.LZMAError | zlib.error | gzip.BadGzipFile):
-        return True
-    if isinstance(e, OSError) and "Invalid data stream" in str(e):  # bz2
-        return True
-    return "zstd" in type(e).__name__.lower()
 
 
 # -- Parquet and tokenizers ------------------------------------------------------------------------

@@ -124,7 +124,7 @@ def test_a_named_pipe_is_refused_before_anything_reads_it(tmp_path):
 
 
 def test_an_input_named_twice_is_read_once_with_a_warning(tmp_path, caplog):
-    from swe.storage import expand_inputs
+    from swe.inputs import expand_inputs
 
     folder = tmp_path / "in"
     folder.mkdir()
@@ -167,7 +167,7 @@ def test_a_truncated_zstd_stream_is_an_error_not_a_short_file(tmp_path):
     import zstandard
 
     from swe.bulk.read import count_rows
-    from swe.storage import iter_lines, open_input
+    from swe.inputs import iter_lines, open_input
 
     data = zstandard.ZstdCompressor().compress(b"a line\n" * 5000)
     (tmp_path / "whole.txt.zst").write_bytes(data + zstandard.ZstdCompressor().compress(b"x\n"))
@@ -181,7 +181,7 @@ def test_a_truncated_zstd_stream_is_an_error_not_a_short_file(tmp_path):
 def test_cr_only_line_endings_are_lines():
     import io
 
-    from swe.storage import iter_lines
+    from swe.inputs import iter_lines
 
     data = b"one\rtwo\r\nthree\nfour\r"
     assert list(iter_lines(io.BytesIO(data), universal=True)) == [b"one", b"two", b"three",

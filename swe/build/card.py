@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from swe import storage
+from swe import inputs, storage
 from swe.modelfiles import ModelFolder
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def corpus_facts(config: dict[str, Any]) -> list[tuple[str, int, int]]:
     out = []
     for lang, section in (config.get("corpus") or {}).items():
         try:
-            files = storage.expand_inputs(list(section.get("paths") or []))
+            files = inputs.expand_inputs(list(section.get("paths") or []))
             size = 0
             for f in files:
                 fs, path = storage.filesystem(f)

@@ -18,7 +18,7 @@ else:  # pragma: no cover
 
 from functools import cache
 
-from swe import storage
+from swe import inputs, storage
 from swe.build.fields import (
     TYPES,
     check_readable,
@@ -187,7 +187,7 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
         path = config_path(path)
         try:
             if os.path.exists(path) and not os.path.isdir(path):
-                storage.check_regular_file(path)  # a named pipe would block the read
+                inputs.check_regular_file(path)  # a named pipe would block the read
             with open(path, "rb") as f:
                 raw = tomllib.load(f)
         except FileNotFoundError:

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from swe import storage
+from swe import inputs, storage
 
 __all__ = ["TYPES", "check_readable", "choices_text", "declared_type", "field_problem", "rules"]
 
@@ -21,7 +21,7 @@ def check_readable(paths: list[str], where: str, errors: list[str]) -> None:
             errors.append(f"{where}: {p!r} is not a path (empty, or holding a NUL byte)")
             continue
         try:
-            storage.expand_inputs([p])
+            inputs.expand_inputs([p])
         except ValueError as e:  # a named pipe or a device: reading it would block
             errors.append(f"{where}: {e}")
         except OSError as e:

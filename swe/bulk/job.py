@@ -34,9 +34,9 @@ from swe.bulk import layout
 from swe.bulk.encoder import Encoder
 from swe.bulk.options import DTYPES, EncodeOptions
 from swe.bulk.read import check_types, plan, read_task
+from swe.inputs import expand_inputs, input_format
 from swe.lease import Lease
 from swe.raysetup import user_error
-from swe.storage import expand_inputs, input_format
 
 __all__ = ["EncodeOptions", "EncodeSummary", "encode_files"]
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe.bulk.options import EncodeOptions
-from swe.storage import input_format, is_text_type, iter_lines, open_input
+from swe.inputs import input_format, is_text_type, iter_lines, open_input
 
 __all__ = ["check_types", "count_rows", "plan", "read_task"]
 

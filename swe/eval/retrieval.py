@@ -46,9 +46,9 @@ def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str], list[str]
     language pair, as train_data writes it; ``""`` where the files have no such column)."""
     import pyarrow as pa
 
-    from swe import storage
+    from swe import inputs, storage
 
-    files = [u for u in storage.expand_inputs([os.fspath(path)]) if u.endswith(".parquet")]
+    files = [u for u in inputs.expand_inputs([os.fspath(path)]) if u.endswith(".parquet")]
     if not files:
         raise FileNotFoundError(f"no Parquet files in {path}")
     try:

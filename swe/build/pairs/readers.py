@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from swe import storage
+from swe import inputs, storage
 from swe.build.pairs.sources import STATS, PairsConfig, PairSource, languages
 from swe.build.pairs.text import BOM, CORRUPT, FLOAT_SYNTAX, WHITESPACE, normalize
 
@@ -69,7 +69,7 @@ def dev_sources(source: PairSource, cfg: PairsConfig, seed: int) -> set[str]:
     path, (src, tgt) = source.paths[0], languages(source.key)
     out: set[str] = set()
     rows = 0
-    with storage.naming(path, "reading"), storage.open_input(path) as f:
+    with storage.naming(path, "reading"), inputs.open_input(path) as f:
         lines = _lines(f)
         header = next(lines, None)
         if header is None:
@@ -99,7 +99,7 @@ def _batches(source: PairSource, chunk_rows: int,
 
 def _lines(f: BinaryIO) -> Iterator[bytes]:
     """Lines of a stream, a leading UTF-8 byte-order mark dropped."""
-    lines = storage.iter_lines(f)
+    lines = inputs.iter_lines(f)
     first = next(lines, None)
     if first is not None:
         yield first.removeprefix(BOM)
@@ -110,7 +110,7 @@ def _tsv_batches(source: PairSource, src: str, tgt: str, chunk_rows: int,
                  stats: dict[str, int]) -> Iterator[tuple[pa.Array, pa.Array, np.ndarray]]:
     """``(src, tgt, score)`` arrays of the well-formed rows of a TSV, chunk by chunk."""
     path = source.paths[0]
-    with storage.naming(path, "reading"), storage.open_input(path) as f:
+    with storage.naming(path, "reading"), inputs.open_input(path) as f:
         lines = _lines(f)
         if source.kind == "tsv":
             header = next(lines, None)
@@ -219,7 +219,7 @@ def _open_stream(source: PairSource, i: int) -> BinaryIO:
     """Stream ``i`` (src, tgt, scores) of an aligned source: a file, or a zip member read
     through its own handle on the zip (so each stream reads its member sequentially)."""
     if source.kind == "aligned":
-        return storage.open_input([*source.paths, source.scores][i])
+        return inputs.open_input([*source.paths, source.scores][i])
     member = [*source.members, source.scores][i]
     fs, p = storage.filesystem(source.paths[0])
     f = fs.open(p, "rb")

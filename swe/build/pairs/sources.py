@@ -26,7 +26,7 @@ import re
 import zipfile
 from dataclasses import dataclass, field
 
-from swe import storage
+from swe import inputs, storage
 from swe.build.pairs.text import BOM, CORRUPT, FLOAT_SYNTAX
 
 __all__ = ["FORMATS", "STATS", "PairSource", "PairsConfig", "config_problems", "languages",
@@ -165,7 +165,7 @@ def plan_sources(key: str, cfg: PairsConfig) -> list[PairSource]:
     order = _parse_order(cfg.order, src, tgt, key)
     sources: list[PairSource] = []
     aligned: dict[str, dict[str, str]] = {}
-    for path in storage.expand_inputs(cfg.paths):
+    for path in inputs.expand_inputs(cfg.paths):
         kind = _detect(path, cfg.format, src, tgt)
         if kind == "aligned":
             stem, suffix = _split_name(path)
@@ -214,7 +214,7 @@ def _sniff_tsv(path: str, src: str, tgt: str) -> str:
 def _first_line(path: str, limit: int = 1 << 20) -> bytes:
     """The first line of a (compressed) file, reading at most ``limit`` bytes."""
     buf = b""
-    with storage.naming(path, "reading"), storage.open_input(path) as f:
+    with storage.naming(path, "reading"), inputs.open_input(path) as f:
         try:
             while b"\n" not in buf and len(buf) < limit and (chunk := f.read(1 << 16)):
                 buf += chunk

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from swe import storage
+from swe import inputs, storage
 from swe.build.markers import StageDir
 from swe.build.outputs import hashed_corpus
 from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, remote, run_sharded
-from swe.storage import input_format, iter_lines, open_input
+from swe.inputs import input_format, iter_lines, open_input
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
@@ -90,7 +90,7 @@ def _check_formats(c: CorpusConfig, lang: str, errors: list[str]) -> None:
     """Before any task starts: an error for a corpus file whose format can't be told or whose
     TSV header lacks the language's column, and for a language whose files hold no text."""
     try:
-        files = storage.expand_inputs(c.paths)
+        files = inputs.expand_inputs(c.paths)
     except (OSError, ValueError):
         return  # check_readable said why
     texts = 0
@@ -116,7 +116,7 @@ def _has_text(path: str, fmt: str, column: str) -> bool:
     if fmt == "parquet":
         with open_input(path) as f:
             return pq.ParquetFile(f).metadata.num_rows > 0
-    lines = storage.peek_lines(path, 2 if fmt == "tsv" else 1)
+    lines = inputs.peek_lines(path, 2 if fmt == "tsv" else 1)
     if fmt == "tsv" and lines:
         header = [h.strip() for h in lines[0].decode("utf-8", "replace").split("\t")]
         if column not in header:
@@ -149,7 +149,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     jobs, langs = [], []
     for lang in cfg.languages:
         c = cfg.corpus[lang]
-        for i, path in enumerate(storage.expand_inputs(c.paths)):
+        for i, path in enumerate(inputs.expand_inputs(c.paths)):
             prefix = st.path(lang, f"f{i:04d}")
             fmt, col = tsv_column(path, c.format, c.text_column, lang)
             jobs.append((f"{lang}-f{i:04d}", lambda p=path, c=c, x=prefix, f=fmt, t=col:
@@ -222,7 +222,7 @@ def _lines(path: str, fmt: str, text_column: str, stats: dict,
         raise ValueError(f"{path}: {str(e).splitlines()[0]}; re-create or re-download it, or "
                          "leave it out of [corpus] paths") from None
     except Exception as e:
-        if not storage.corrupt_stream(e):
+        if not inputs.corrupt_stream(e):
             raise
         raise ValueError(f"{path}: truncated or corrupt compressed file after line "
                          f"{stats['read']} ({type(e).__name__}: {e}); re-create or re-download "
@@ -271,7 +271,7 @@ def _check_text_column(path: str, schema: pa.Schema, column: str) -> None:
         raise ValueError(f"{path}: no column {column!r} (it has {', '.join(schema.names)}); set "
                          "corpus.<lang>.text_column")
     kind = schema.field(column).type
-    if not storage.is_text_type(kind):
+    if not inputs.is_text_type(kind):
         raise ValueError(f"{path}: column {column!r} is {kind}, not text; set "
                          "corpus.<lang>.text_column to a text column")
 

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pds
 
-from swe import storage
+from swe import inputs, storage
 from swe.build.markers import StageDir, hashed
 from swe.build.outputs import selected_parts, targets_url, writes_targets
 from swe.build.pairs import sources as pairs
@@ -111,14 +111,14 @@ def _check_headers(key: str, p: pairs.PairsConfig, errors: list[str]) -> None:
     """Before any task starts: each TSV's header names both languages of the section."""
     try:
         src, tgt = pairs.languages(key)
-        files = storage.expand_inputs(p.paths)
+        files = inputs.expand_inputs(p.paths)
     except (OSError, ValueError):
         return  # reported elsewhere
     for path in files:
         if p.format not in ("auto", "tsv") or ".tsv" not in path.rsplit("/", 1)[-1]:
             continue
         try:
-            lines = storage.peek_lines(path, 1)
+            lines = inputs.peek_lines(path, 1)
         except OSError as e:
             errors.append(f"pairs.{key}: cannot read {path} ({e})")
             return
