@@ -47,45 +47,15 @@ def glove():
     return glove_50d()
 
 
-# Modules whose tests start Ray (the session's, a cluster of their own, or a build, encode or
-# job in a subprocess). Under pytest-xdist they all run on one worker, one after another, as the
-# suite ran before: two Rays at once on this 2-core box starve each other (the suite took 20 min
-# on two workers that each ran a Ray, against 11-13 min on one). The other worker takes every
-# test that needs no Ray (the teacher, models, readers, metrics, configs, docs), beside them.
-RAY_MODULES = {
-    "test_benchmarks", "test_build", "test_bulk", "test_bulk_commit", "test_bulk_resume",
-    "test_cli", "test_cluster", "test_cluster_config", "test_doc_commands", "test_failures",
-    "test_hostile", "test_lease", "test_logs", "test_model", "test_output_paths",
-    "test_pairs_build", "test_refine", "test_reliability_fetch", "test_runtime",
-    "test_stage_contract", "test_store", "test_submit",
-}
-
-
 def pytest_collection_modifyitems(config, items):
     """Tests that start their own Ray cluster (``own_ray_cluster``) run first, before the
-    session's in-process Ray exists; every test that starts Ray is in the xdist group ``ray``
-    (above). The ``cluster`` fixture stops this process's session Ray if one runs (and starts
-    it again after), so the order is a speed-up, not a condition."""
+    session's in-process Ray exists. The ``cluster`` fixture stops this process's session Ray
+    if one runs (and starts it again after), so the order is a speed-up, not a condition.
+
+    The suite runs in one process: on this 2-core box two pytest-xdist workers were no faster
+    (18 min with two Ray start-up timeouts against 19 min and none, the same day;
+    docs/limits.md)."""
     items.sort(key=lambda item: item.get_closest_marker("own_ray_cluster") is None)
-    for item in items:
-        if (item.module.__name__ in RAY_MODULES or "ray_session" in item.fixturenames
-                or item.get_closest_marker("own_ray_cluster")):
-            item.add_marker(pytest.mark.xdist_group("ray"))
-
-
-_ROLE: dict[str, bool] = {}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """Under pytest-xdist, the worker whose first test is not in the ``ray`` group is the one
-    the Ray tests run beside: it lowers its own priority to nice 19 for the rest of the run, so
-    it uses only the CPU they leave idle (the ``ray`` group, the largest scope, is the first
-    work unit of the other worker)."""
-    if "PYTEST_XDIST_WORKER" in os.environ and not _ROLE:
-        _ROLE["ray"] = item.get_closest_marker("xdist_group") is not None
-        if not _ROLE["ray"]:
-            os.nice(19)
 
 
 def _free_port() -> int:

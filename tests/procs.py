@@ -15,14 +15,9 @@ import time
 # change no result, only how long idle workers live.
 # Ray Train's controller polls its workers every 2 s; the tests poll every 0.5 s, so the end of a
 # run and a killed worker are seen sooner. Like the two above, latency only: no result changes.
-# Ray starts its workers at nice 15; the tests start them at 0, the pytest-xdist worker that runs
-# the tests without Ray sits at nice 19 (conftest), so it takes only the CPU the Ray tests leave
-# idle instead of starving their workers (at 15 against a busy nice-0 neighbour, every Ray test
-# ran 2-3x slower). Like the others, scheduling only: no result changes.
 WARM_WORKERS = {"RAY_num_workers_soft_limit": "8",
                 "RAY_idle_worker_killing_time_threshold_ms": "60000",
-                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
-                "RAY_worker_niceness": "0"}
+                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 
 
 def own_env() -> dict[str, str]:

@@ -102,6 +102,12 @@ class RefineConfig:
         "help": "Ray Train storage path; default <output>/work/refine/runs"})
 
 
+    def adam_options(self) -> dict[str, Any]:
+        """The keyword arguments of the optimiser the trainer builds (``torch.optim.Adam`` or
+        the row-sparse ``RowAdam``): an optimiser option is a field here and an entry here."""
+        return {"lr": self.lr}
+
+
 SECTION = Section("refine", RefineConfig)
 
 

@@ -391,7 +391,7 @@ def train_loop(config: dict[str, TrainJob]) -> None:
     if job.refine.teacher_weight > 0 and job.refine.objective == "distill":
         params["proj"] = torch.nn.Parameter(fit_projection(weight, dev))
     adam = RowAdam if job.refine.optimizer == "sparse" else torch.optim.Adam
-    opt = adam(list(params.values()), lr=job.refine.lr)
+    opt = adam(list(params.values()), **job.refine.adam_options())
     best = weight.detach().clone()
     state = {"step": 0, "epoch": 0, "pos": 0, "best_loss": None, "best_step": 0, "bad": 0,
              "history": [], "resumed_at": [], "train_rows": job.train_rows,
