@@ -150,3 +150,23 @@ def test_nothing_outside_a_package_imports_its_private_names():
                 if private and not inside:
                     offenders.append(f"{path.relative_to(ROOT)}: {node.module} {private}")
     assert not offenders, offenders
+
+
+def test_a_stage_reads_other_stages_settings_only_through_its_declared_reads():
+    """A stage's source names the config sections of other stages only where its ``READS``
+    declares them (``cfg.<section>`` and ``ctx.cfg.<section>``, its own section aside)."""
+    import inspect
+
+    from swe.build.stages import STAGES
+
+    sections = {s.SECTION.name for s in STAGES if s.SECTION is not None}
+    undeclared = {}
+    for stage in STAGES:
+        own = stage.SECTION.name if stage.SECTION is not None else None
+        named = set(re.findall(r"\bcfg\.(\w+)", inspect.getsource(stage))) & sections
+        extra = named - {own} - set(getattr(stage, "READS", ()))
+        if extra:
+            undeclared[stage.NAME] = sorted(extra)
+    assert not undeclared, f"declare them in the stage's READS: {undeclared}"
+    declared = {s.NAME: set(getattr(s, "READS", ())) for s in STAGES}
+    assert declared["refine"] == {"extraction", "pairs", "pca"}  # the check sees real reads

@@ -86,6 +86,7 @@ class Stage(Protocol):
     NAME: str
     Result: type[StageResult]
     SECTION: Section | None  # its config table (None: the stage has no settings of its own)
+    READS: tuple[str, ...]  # optional: the other stages' config sections it reads
 
     def validate(self, cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
         """Append what is wrong with the stage's settings (before any work starts)."""

@@ -53,6 +53,10 @@ class PCAConfig:
 
 SECTION = Section("pca", PCAConfig)
 
+#: The other stages' config sections this stage reads (its contract; tests/test_layout.py
+#: checks the source names no other).
+READS: tuple[str, ...] = ("extraction",)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):

@@ -110,6 +110,10 @@ class RefineConfig:
 
 SECTION = Section("refine", RefineConfig)
 
+#: The other stages' config sections this stage reads (its contract; tests/test_layout.py
+#: checks the source names no other).
+READS: tuple[str, ...] = ("extraction", "pairs", "pca")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):

@@ -58,6 +58,10 @@ class SelectionConfig:
 
 SECTION = Section("selection", SelectionConfig)
 
+#: The other stages' config sections this stage reads (its contract; tests/test_layout.py
+#: checks the source names no other).
+READS: tuple[str, ...] = ("extraction",)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):

@@ -44,6 +44,10 @@ class SentenceConfig:
 
 SECTION = Section("sentences", SentenceConfig)
 
+#: The other stages' config sections this stage reads (its contract; tests/test_layout.py
+#: checks the source names no other).
+READS: tuple[str, ...] = ("corpus",)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):

@@ -57,6 +57,10 @@ LAYOUT = 2  # train/ and dev/ Parquet shards (1: one train.parquet and dev.parqu
 SECTION = Section("pairs", PairsConfig, keyed="pairs.<src-tgt>",
                   example="language pairs, e.g. [pairs.en-de]")
 
+#: The other stages' config sections this stage reads (its contract; tests/test_layout.py
+#: checks the source names no other).
+READS: tuple[str, ...] = ("extraction", "refine")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Result(StageResult):
