@@ -282,3 +282,12 @@ def test_keep_columns_never_lose_a_user_s_column_to_the_output_s_own(tmp_path, c
         err = capsys.readouterr().err
         assert f"the output's own column {keep[0]!r} would replace the input's" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupt_is_one_line_saying_what_is_kept_and_how_to_resume(capsys):
+    from swe.commands import failed
+
+    assert failed(KeyboardInterrupt(), kept="the finished stages under out/work are kept") == 130
+    err = capsys.readouterr().err
+    assert err == ("error: interrupted; the finished stages under out/work are kept; rerun the "
+                   "same command to resume\n")

@@ -28,13 +28,15 @@ _WRONG_INPUT = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotAD
 _ENVIRONMENT = (OSError, RuntimeError)
 
 
-def failed(error: BaseException, urls: Iterable[str] = ()) -> int:
+def failed(error: BaseException, urls: Iterable[str] = (), kept: str = "") -> int:
     """Print ``error: …`` (one line) for ``error`` and return its exit status; re-raise an
-    error that is none of the kinds above (a bug: its traceback is what helps)."""
+    error that is none of the kinds above (a bug: its traceback is what helps). ``kept``: what
+    an interrupted run leaves for the rerun to resume from."""
     from swe.storage import object_store_error
 
     if isinstance(error, KeyboardInterrupt):
-        print("error: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(f"error: interrupted{'; ' + kept if kept else ''}; rerun the same command to "
+              "resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     message = object_store_error(error, urls)
     cause = getattr(error, "cause", None) or error  # a Ray task's error without its traceback

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     try:
         results = build(cfg, until=args.until)
     except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
-        return failed(e, [cfg.output, *(p for c in cfg.corpus.values() for p in c.paths)])
+        return failed(e, [cfg.output, *(p for c in cfg.corpus.values() for p in c.paths)],
+                      kept=f"the finished stages and shards under {cfg.output}/work are kept")
     if args.verbose:
         print(json.dumps({name: {k: v for k, v in r.to_json().items() if k != "shards"}
                           for name, r in results.items()}, indent=2))

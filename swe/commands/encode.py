@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                                actors=args.actors, max_actors=args.max_actors,
                                cpus_per_actor=args.cpus_per_actor, overwrite=args.overwrite)
     except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
-        return failed(e, [args.model, args.output, *args.input])
+        return failed(e, [args.model, args.output, *args.input],
+                      kept=f"the parts written so far under {args.output} are kept (the "
+                           "previous output, if any, is untouched)")
     print(json.dumps(asdict(summary)))
     return 0
 
