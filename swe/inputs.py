@@ -17,7 +17,7 @@ from swe.storage import data_path, filesystem, is_local
 __all__ = ["check_regular_file", "corrupt_stream", "expand_inputs", "input_format",
            "is_text_type", "iter_lines", "open_input", "peek_lines"]
 
-log = logging.getLogger("swe.storage")
+log = logging.getLogger("swe.inputs")
 
 _COMPRESSION = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bz2"}
 _FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
@@ -122,7 +122,7 @@ class _ZstdReader(io.RawIOBase):
 
         self._zstd, self._raw = zstandard, raw
         self._obj = zstandard.ZstdDecompressor().decompressobj()
-        self._out, self._started = b"", False
+        self._out, self._pos, self._started = memoryview(b""), 0, False
 
     def readable(self) -> bool:
         """A reader."""
@@ -130,7 +130,7 @@ class _ZstdReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         """Fill ``buffer`` with decompressed bytes; 0 at the end of the last whole frame."""
-        while not self._out:
+        while self._pos == len(self._out):
             chunk = self._raw.read(1 << 16)
             if not chunk:
                 if self._started and not self._obj.eof:
@@ -138,17 +138,20 @@ class _ZstdReader(io.RawIOBase):
                                    "reached")
                 return 0
             self._feed(chunk)
-        n = min(len(buffer), len(self._out))
-        buffer[:n], self._out = self._out[:n], self._out[n:]
+        n = min(len(buffer), len(self._out) - self._pos)  # no copy of what is left
+        buffer[:n] = self._out[self._pos:self._pos + n]
+        self._pos += n
         return n
 
     def _feed(self, chunk: bytes) -> None:
+        out = []
         while chunk:
             if self._obj.eof:  # the next frame of a multi-frame file
                 self._obj = self._zstd.ZstdDecompressor().decompressobj()
             self._started = True
-            self._out += self._obj.decompress(chunk)
+            out.append(self._obj.decompress(chunk))
             chunk = self._obj.unused_data if self._obj.eof else b""
+        self._out, self._pos = memoryview(b"".join(out)), 0
 
     def close(self) -> None:
         """Close the raw stream too."""

@@ -102,18 +102,3 @@ def _peak_rss_mib() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) // 1024
     return 0
-
-
-def _reset_peak_rss() -> None:
-    """Start the driver's peak-RSS mark (Linux ``VmHWM``) afresh, so each stage reports its own."""
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
-def _peak_rss_mib() -> int:
-    """The driver's peak RSS since :func:`_reset_peak_rss`, in MiB (0 where not Linux)."""
-    with contextlib.suppress(OSError), open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) // 1024
-    return 0

