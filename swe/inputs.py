@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 from swe.storage import data_path, filesystem, is_local
 
 __all__ = ["check_regular_file", "corrupt_stream", "expand_inputs", "input_format",
-           "is_text_type", "iter_lines", "open_input", "peek_lines"]
+           "is_text_type", "iter_lines", "open_input", "peek_lines", "present"]
 
 log = logging.getLogger("swe.inputs")
 
@@ -67,6 +67,16 @@ def expand_inputs(patterns: list[str]) -> list[str]:
             seen.add(key)
             files.append(found)
     return files
+
+
+def present(paths: list[str]) -> list[str]:
+    """The paths of ``paths`` that exist (``{data}/`` resolved): optional inputs."""
+    out = []
+    for given in paths:
+        fs, path = filesystem(data_path(given))
+        if fs.exists(path):
+            out.append(given)
+    return out
 
 
 def _matches(given: str) -> list[str]:

@@ -34,6 +34,7 @@ from swe.text import (
     unk_token,
     words,
 )
+from swe.transliteration import latin_forms
 
 __all__ = ["DTYPES", "FORMAT_VERSION", "OOV_RULES", "PREFIX_MIN", "SCALES", "ModelFileError",
            "StaticModel", "dequantize_int8", "quantize_int8"]
@@ -156,10 +157,15 @@ class StaticModel:
     # -- the inference rule -------------------------------------------------------------------
 
     def _lookup(self, unit: str) -> int:
-        """Exact, then lowercased, then the OOV rule; ``_SKIP`` if none match."""
+        """Exact, then lowercased, then a Cyrillic unit in the Latin spelling of the model's
+        two-script languages (``swe.transliteration``), then the OOV rule; ``_SKIP`` if none
+        match."""
         if is_punctuation(unit):
             return _SKIP
         i = self._find(unit)
+        for form in latin_forms(unit, self.languages) if i is None else ():
+            if (i := self._find(form)) is not None:
+                break
         if i is None and self.tokenizer is not None:
             i = self._oov(unit)
         if i is None and self.oov == "prefix":

@@ -5,6 +5,8 @@ any work starts."""
 from __future__ import annotations
 
 import gzip
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,164 @@ def test_a_languages_file_without_the_column_is_refused(tmp_path):
                             'languages_with = "tatoeba"\n')
     with pytest.raises(ConfigError, match=r"languages_with = 'tatoeba' is not a column of "):
         load_config(str(cfg), check_paths=False)
+
+
+# -- all the text there is: multilingual/ pairs, monolingual files and word lists ------------
+
+ML = "multilingual"
+
+
+def test_many_config_reads_every_kind_of_text_of_a_language(data_dir):
+    cfg = load_config("many", ["teacher='minilm'"], output="out/many-test")
+    assert cfg.languages[0] == "en" and len(cfg.languages) == 73
+    deu = [Path(p).relative_to(data_dir).as_posix() for p in cfg.corpus["deu"].files()]
+    assert deu == [f"{NTREX}/en-deu.tsv.gz", f"{ML}/en-deu.tsv.xz", f"{ML}/deu.txt.xz"]
+    amh = [Path(p).name for p in cfg.corpus["amh"].files()]
+    assert amh == ["en-amh.tsv.gz", "en-amh.tsv.xz"]  # no amh.txt.xz: none read, no error
+    assert cfg.vocab.word_list("deu").endswith(f"{ML}/vocab/deu.tsv.xz")
+    assert cfg.vocab.word_list("amh") == ""  # no word list for Amharic
+    assert cfg.pairs["en-deu"].dev_share == 0.1 and cfg.pairs["en-deu"].dev_documents
+
+
+def test_the_dev_tenth_is_chosen_by_the_english_sentence(data_dir):
+    """One English sentence is dev in every language or in none (FLORES gives 72 languages the
+    same English side), about a tenth of the sentences, and a different tenth for another seed."""
+    import pyarrow as pa
+
+    from swe.build.pairs.text import sentence_share
+
+    english = {}
+    for code in ("deu", "fra", "tha"):
+        src, = (pa.array([line.split("\t")[0] for line in _xz_lines(
+            data_dir / ML / f"en-{code}.tsv.xz")[1:]]),)
+        english[code] = dict(zip(src.to_pylist(), sentence_share(src, seed=0) < 0.1,
+                                 strict=False))
+    common = set(english["deu"]) & set(english["fra"]) & set(english["tha"])
+    assert len(common) > 1000
+    assert all(english["deu"][s] == english["fra"][s] == english["tha"][s] for s in common)
+    share = sum(english["deu"].values()) / len(english["deu"])
+    assert 0.08 < share < 0.12
+    other = sentence_share(pa.array(sorted(common)), seed=1) < 0.1
+    assert sum(other) and list(other) != [english["deu"][s] for s in sorted(common)]
+    again = sentence_share(pa.array(["  A  Sentence. "]), 0), sentence_share(
+        pa.array(["a sentence."]), 0)
+    assert again[0] == again[1]  # normalised as pairs are
+
+
+def _xz_lines(path: Path) -> list[str]:
+    import lzma
+
+    return lzma.decompress(path.read_bytes()).decode().splitlines()
+
+
+def test_dev_documents_describe_the_first_file_and_dev_share_the_others(tmp_path, data_dir):
+    """The NTREX file is split by its documents; the multilingual/ file, whose rows the
+    document list does not describe, by English sentence."""
+    import pyarrow as pa
+
+    from swe.build.pairs.dataset import read_pair_source
+
+    cfg = PairsConfig(paths=[f"{{data}}/{NTREX}/en-deu.tsv.gz", f"{{data}}/{ML}/en-deu.tsv.xz"],
+                      dev_documents=f"{{data}}/{NTREX}/document_ids.txt", dev_share=0.1)
+    out = {}
+    for name in ("ntrex", "ml"):
+        path = data_dir / (f"{NTREX}/en-deu.tsv.gz" if name == "ntrex" else f"{ML}/en-deu.tsv.xz")
+        source = PairSource("en-deu", "tsv", (str(path),))
+        batch = pa.table({"i": [0], "source": [json.dumps(asdict(source))]})
+        tables = list(read_pair_source(batch, {"en-deu": asdict(cfg)}, str(tmp_path / name), 0))
+        out[name] = pa.concat_tables(tables)
+        held = out[name].filter(out[name].column("dev"))
+        if name == "ntrex":
+            assert set(held.column("src").to_pylist()) == dev_sources(source, cfg, 0)
+    share = {k: t.column("dev").to_numpy().mean() for k, t in out.items()}
+    assert 0.05 < share["ntrex"] < 0.2 and 0.08 < share["ml"] < 0.12
+
+
+def _files(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _many(tmp_path: Path, data_dir: Path, extra: str, languages: str = '["en", "deu"]') -> Path:
+    ntrex = data_dir / NTREX
+    return _config(tmp_path, f'''languages = {languages}
+[corpus."*"]
+paths = ["{ntrex}/en-{{lang}}.tsv.gz"]
+[corpus.en]
+paths = ["{ntrex}/en-deu.tsv.gz"]
+{extra}''')
+
+
+def test_bad_word_lists_and_unknown_codes_are_refused_before_any_work(tmp_path, data_dir):
+    lists = _files(tmp_path / "lists", {"deu.tsv": "word\tcount\nich\t12\ndu\tmany\n",
+                                        "fra.tsv": "wort\tzahl\nje\t3\n",
+                                        "xyz.tsv": "word\tcount\n"})
+    texts = _files(tmp_path / "texts", {"deu.txt": "Hallo.\n", "qqq.txt": "?\n"})
+    cfg = _many(tmp_path, data_dir, f'''[vocab]
+word_lists = "{lists}/{{lang}}.tsv"
+''', '["en", "deu", "fra"]').read_text().replace(
+        '[corpus.en]', f'paths_if_present = ["{texts}/{{lang}}.txt"]\n[corpus.en]')
+    path = tmp_path / "bad.toml"
+    path.write_text(cfg)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    text = str(e.value)
+    assert f"vocab.word_lists: {lists}/deu.tsv line 3: 'du\\tmany' is not word<TAB>count" in text
+    assert f"vocab.word_lists: {lists}/fra.tsv: the header is 'wort\\tzahl'" in text
+    assert "vocab.word_lists = " in text and "'xyz' (in " in text and "is not a language" in text
+    assert 'corpus."*".paths_if_present' in text and "'qqq'" in text
+    assert "'deu'" not in text.split("is not a language")[0][-200:]
+
+
+def test_a_contrastive_build_refuses_a_language_without_pairs(tmp_path, data_dir):
+    ntrex = data_dir / NTREX
+    cfg = _many(tmp_path, data_dir, f'''[pairs.en-deu]
+paths = ["{ntrex}/en-deu.tsv.gz"]
+[refine]
+objective = "contrastive"
+''', '["en", "deu", "fra"]')
+    with pytest.raises(ConfigError, match=r"'fra' is in no \[pairs\.\*\] section: its words "
+                                          r"would never be aligned; add pairs \(e\.g\. "
+                                          r"\[pairs\.en-fra\]\)"):
+        load_config(str(cfg))
+
+
+def test_listed_words_seen_once_join_the_vocabulary_after_the_frequent_ones(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from swe.build.stages.vocab import merge_partition, select_words
+
+    counts = tmp_path / "counts"
+    words = {"der": 9, "die": 7, "hund": 1, "katze": 1, "xylophon": 1, "baum": 2}
+    (counts / "p0000").mkdir(parents=True)
+    pq.write_table(pa.table({"word": list(words), "count": pa.array(list(words.values()),
+                                                                       pa.int64())}),
+                   counts / "p0000" / "s000000.parquet")
+    lst = tmp_path / "deu.tsv"
+    lst.write_text("word\tcount\nHund\t100\nkatze\t50\nfehlt\t10\n")
+    result = merge_partition(str(counts), 0, 3, 2, (str(lst), 1, "deu", ""))
+    assert result["listed"] == 2  # hund (listed as Hund: keys are lowercased) and katze
+    top = select_words(str(counts), 1, 3, 2, str(tmp_path / "deu.parquet"))
+
+    got = pq.read_table(tmp_path / "deu.parquet").to_pylist()
+    assert [(r["word"], r["count"]) for r in got] == [
+        ("der", 9), ("die", 7), ("baum", 2), ("hund", 1), ("katze", 1)]
+    assert top["listed"] == 2 and "xylophon" not in {r["word"] for r in got}
+
+
+def test_cyrillic_serbian_and_uzbek_find_their_latin_vocabulary():
+    import numpy as np
+
+    from swe.model import StaticModel
+
+    words = ["vaš", "pasoš", "o'zbekiston", "ваш"]
+    both = StaticModel(words, np.eye(4), languages=["en", "srp-Latn", "uzb"])
+    assert both.tokenize("Пасош Ўзбекистон ВАШ морате") == [
+        ("Пасош", "pasoš"), ("Ўзбекистон", "o'zbekiston"),
+        ("ВАШ", "ваш"),  # a Cyrillic entry of its own wins over the Latin reading
+        ("морате", None)]
+    english = StaticModel(words, np.eye(4), languages=["en"])
+    assert english.tokenize("Пасош") == [("Пасош", None)]  # no two-script language: no reading

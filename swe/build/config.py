@@ -264,7 +264,8 @@ def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
         errors.append(str(e))
         return
     sources = [(f"{name}.{k}", p) for name in ("corpus", "pairs")
-               for k, c in getattr(cfg, name, {}).items() for p in c.paths]
+               for k, c in getattr(cfg, name, {}).items()
+               for p in c.paths + getattr(c, "paths_if_present", [])]
     for where, path in sources:
         if storage.overlaps(cfg.output, path):
             errors.append(f"--output {cfg.output} overlaps {where}.paths entry {path!r}: the "

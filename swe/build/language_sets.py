@@ -8,6 +8,9 @@ A config for 70 languages does not copy 70 ``[corpus.<lang>]`` tables by hand:
   with a Tatoeba test set).
 * ``[corpus."*"]`` is the table of every language without one of its own; ``{lang}`` in its
   strings becomes the language's code.
+* ``[corpus."*"].paths_if_present`` and ``vocab.word_lists`` may name files by ``{lang}`` that
+  only some languages have; every file such a template matches must name a known language
+  (``xyz.txt.xz`` with an unknown ``xyz`` is an error, not a file silently never read).
 * ``[pairs."en-*"]`` is the table of every pair ``en-<lang>`` (each other language) without one
   of its own, ``{lang}`` likewise.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any
 
 from swe import storage
@@ -38,6 +42,8 @@ def expand(raw: dict[str, Any], errors: list[str]) -> None:
     languages = raw.get("languages") if isinstance(raw.get("languages"), list) else ["en"]
     languages = [lang for lang in languages if isinstance(lang, str)]
     corpus = raw.get("corpus")
+    for where, template in _code_templates(raw):
+        errors.extend(unknown_codes(template, where))
     if isinstance(corpus, dict) and WILDCARD in corpus:
         template = corpus.pop(WILDCARD)
         for lang in languages:
@@ -49,6 +55,37 @@ def expand(raw: dict[str, Any], errors: list[str]) -> None:
             for lang in languages:
                 if lang != src:
                     pairs.setdefault(f"{src}-{lang}", _fill(template, lang))
+
+
+def _code_templates(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ``{lang}`` path templates of optional per-language files, with their keys."""
+    out = []
+    corpus, vocab = raw.get("corpus"), raw.get("vocab")
+    if isinstance(corpus, dict) and isinstance(corpus.get(WILDCARD), dict):
+        paths = corpus[WILDCARD].get("paths_if_present")
+        out += [('corpus."*".paths_if_present', p) for p in paths or []
+                if isinstance(paths, list) and isinstance(p, str)]
+    if isinstance(vocab, dict) and isinstance(vocab.get("word_lists"), str):
+        out.append(("vocab.word_lists", vocab["word_lists"]))
+    return [(where, p) for where, p in out if "{lang}" in p]
+
+
+def unknown_codes(template: str, where: str) -> list[str]:
+    """An error for each file matching ``template`` (``{lang}`` as any code) whose code is not
+    a language swe knows."""
+    from swe.inputs import expand_inputs
+    from swe.text import LANGUAGES
+
+    head, _, tail = template.partition("{lang}")
+    pattern = re.compile(re.escape(storage.data_path(head)) + "(.+)" + re.escape(tail) + "$")
+    try:
+        files = expand_inputs([head + "*" + tail])
+    except (OSError, ValueError):
+        return []  # nothing there: no language has such a file
+    codes = [m.group(1) for f in files if (m := pattern.search(f))]
+    return [f"{where} = {template!r}: {code!r} (in {head + code + tail}) is not a language "
+            "swe knows (swe/data/languages.tsv): rename the file to its language's code, or "
+            "add the language there" for code in codes if code not in LANGUAGES]
 
 
 def _add_languages(raw: dict[str, Any], errors: list[str]) -> None:

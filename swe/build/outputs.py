@@ -26,7 +26,8 @@ __all__ = ["hashed_corpus", "selected_parts", "targets_url", "text_keys", "train
 
 def hashed_corpus(cfg: BuildConfig) -> dict:
     """The corpus settings as the corpus and sentences stages hash them."""
-    return {lang: hashed(c, on_bad_bytes="skip") for lang, c in cfg.corpus.items()}
+    return {lang: hashed(c, on_bad_bytes="skip", paths_if_present=[])
+            for lang, c in cfg.corpus.items()}
 
 
 # -- vocab: one Parquet file of ``(word, count)`` per language --------------------------------

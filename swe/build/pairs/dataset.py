@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from swe import storage
+from swe import inputs, storage
 from swe.build.pairs import readers as pair_readers
 from swe.build.pairs import sources as pairs
 from swe.build.pairs import text as pairtext
@@ -48,7 +48,7 @@ def pair_splits(cfg: BuildConfig, stats_dir: str) -> tuple[Any, Any, dict]:
     ds = ds.materialize()
     deduplicated = ds.count()
     ds = _cap_pairs(ds, cfg.pairs)
-    if any(p.dev_documents for p in cfg.pairs.values()):
+    if any(p.dev_documents or p.dev_share for p in cfg.pairs.values()):
         train, dev, n = _split_by_document(ds, cfg.refine.dev_max)
     else:
         train, dev, n = split_last(ds, cfg.refine.dev_max)
@@ -68,7 +68,7 @@ def pair_splits(cfg: BuildConfig, stats_dir: str) -> tuple[Any, Any, dict]:
 
 
 def _split_by_document(ds: Any, dev_max: int) -> tuple[Any, Any, int]:
-    """Validation: the pairs of held-out documents (``dev``), at most ``dev_max`` of them by
+    """Validation: the held-out pairs (``dev``: documents or sentences), at most ``dev_max`` by
     shuffle key; train: every other pair, in shuffle-key order. ``(train, dev, rows)``."""
     ds = ds.materialize()
     train = where(ds, "dev", [False]).sort("k")
@@ -118,13 +118,19 @@ def read_pair_source(batch: pa.Table, configs: dict, stats_dir: str,
     cfg = PairsConfig(**configs[source.key])
     stats: Counter = Counter()
     salt = np.uint64(int.from_bytes(source.key.encode()[:8].ljust(8, b"\0"), "little"))
+    by_documents = bool(cfg.dev_documents) and \
+        source.paths[0] == inputs.expand_inputs(cfg.paths[:1])[0]
     held = pa.array(sorted(pair_readers.dev_sources(source, cfg, seed)), pa.string()) \
-        if cfg.dev_documents else None
+        if by_documents else None
     for table in pair_readers.read_source(source, cfg, stats):
         h = pairtext.pair_hash(table.column("src"), table.column("tgt")) ^ salt
         score = table.column("score").to_numpy(zero_copy_only=False)
-        dev = pc.is_in(table.column("src"), value_set=held) if held is not None else \
-            pa.array(np.zeros(table.num_rows, bool))
+        if held is not None:
+            dev = pc.is_in(table.column("src"), value_set=held)
+        elif cfg.dev_share:
+            dev = pa.array(pairtext.sentence_share(table.column("src"), seed) < cfg.dev_share)
+        else:
+            dev = pa.array(np.zeros(table.num_rows, bool))
         yield table.append_column("h", pa.array(h.view(np.int64))).append_column(
             "k", pa.array(shuffle_key(h, seed))).append_column(
             "rank", pa.array(np.where(np.isnan(score), -np.inf, score))).append_column(

@@ -73,11 +73,17 @@ class PairsConfig:
     max_pairs: int = field(default=0, metadata={
         "min": 0, "help": "0 = all; else keep the best-scored max_pairs (after dedup)"})
     dev_documents: str = field(default="", metadata={
-        "help": "tsv: a file of document ids, one per data row (e.g. NTREX-128's "
-                "document_ids.txt): a fixed tenth of the documents (by a seeded hash of the "
-                "id) is held out, the same for every pair section; pairs whose source sentence "
-                "is in one of them are validation, the rest train ('' = the last rows by "
-                "shuffle key)"})
+        "help": "tsv: a file of document ids, one per data row of the section's first "
+                "file (e.g. NTREX-128's document_ids.txt): a fixed tenth of the documents (by "
+                "a seeded hash of the id) is held out, the same for every pair section; pairs "
+                "whose source sentence is in one of them are validation, the rest train ('' = "
+                "the last rows by shuffle key)"})
+    dev_share: float = field(default=0.0, metadata={
+        "min": 0.0, "max": 0.5,
+        "help": "a seeded share of the source sentences is held out: their pairs are "
+                "validation in every section and file (with dev_documents: every file but "
+                "the first); chosen by the sentence, so one English sentence translated into "
+                "many languages is held out in all of them; 0 = off"})
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,9 @@ def config_problems(key: str, cfg: PairsConfig) -> list[str]:
     if cfg.min_chars > cfg.max_chars:
         problems.append(f"[pairs.{key}]: min_chars = {cfg.min_chars} is above max_chars = "
                         f"{cfg.max_chars}")
+    if cfg.dev_documents and len(cfg.paths) > 1 and any(c in cfg.paths[0] for c in "*?["):
+        problems.append(f"[pairs.{key}]: dev_documents describes the first file of paths, "
+                        f"which must then be one file, not the glob {cfg.paths[0]!r}")
     if cfg.dev_documents and cfg.format not in ("auto", "tsv"):
         problems.append(f"[pairs.{key}]: dev_documents needs TSV files (one document id per "
                         f"data row), not format = {cfg.format!r}")

@@ -91,3 +91,13 @@ def pair_hash(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArray) 
     digests = b"".join([blake(v, digest_size=8, person=b"swe-pair").digest()
                         for v in joined.cast(pa.binary()).to_pylist()])
     return np.frombuffer(digests, "<u8").astype(np.uint64)
+
+
+def sentence_share(texts: pa.Array | pa.ChunkedArray, seed: int) -> np.ndarray:
+    """A seeded, uniform number in ``[0, 1)`` for each normalised text: the same sentence gets
+    the same number in every file, language pair and process (BLAKE2b of seed and text)."""
+    blake = hashlib.blake2b
+    key = str(seed).encode()
+    digests = b"".join([blake(v, digest_size=8, key=key, person=b"swe-dev").digest()
+                        for v in normalize(texts).cast(pa.binary()).to_pylist()])
+    return np.frombuffer(digests, "<u8").astype(np.float64) / 2.0**64

@@ -43,6 +43,9 @@ class CorpusConfig:
 
     paths: list[str] = field(default_factory=list, metadata={
         "help": "files, globs or directories (local or s3://)"})
+    paths_if_present: list[str] = field(default_factory=list, metadata={
+        "help": "files read when they exist, e.g. in [corpus.\"*\"] a monolingual file "
+                "{data}/multilingual/{lang}.txt.xz that only some languages have"})
     format: str = field(default="auto", metadata={
         "choices": FORMATS, "help": "input format; tsv: a header row names the columns"})
     text_column: str = field(default="text", metadata={
@@ -53,6 +56,11 @@ class CorpusConfig:
     shard_lines: int = field(default=50_000, metadata={"min": 1, "help": "lines per shard"})
     on_bad_bytes: str = field(default="skip", metadata={
         "choices": BAD_BYTES, "help": "a line that is not UTF-8: skip, replace (U+FFFD), error"})
+
+    def files(self) -> list[str]:
+        """The files of ``paths`` (each must match), then those of ``paths_if_present`` that
+        exist."""
+        return inputs.expand_inputs(self.paths + inputs.present(self.paths_if_present))
 
 
 SECTION = Section("corpus", CorpusConfig, keyed="corpus.<lang>",
@@ -90,7 +98,7 @@ def _check_formats(c: CorpusConfig, lang: str, errors: list[str]) -> None:
     """Before any task starts: an error for a corpus file whose format can't be told or whose
     TSV header lacks the language's column, and for a language whose files hold no text."""
     try:
-        files = inputs.expand_inputs(c.paths)
+        files = c.files()
     except (OSError, ValueError):
         return  # check_readable said why
     texts = 0
@@ -149,7 +157,7 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     jobs, langs = [], []
     for lang in cfg.languages:
         c = cfg.corpus[lang]
-        for i, path in enumerate(inputs.expand_inputs(c.paths)):
+        for i, path in enumerate(c.files()):
             prefix = st.path(lang, f"f{i:04d}")
             fmt, col = tsv_column(path, c.format, c.text_column, lang)
             jobs.append((f"{lang}-f{i:04d}", lambda p=path, c=c, x=prefix, f=fmt, t=col:

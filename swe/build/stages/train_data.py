@@ -23,6 +23,7 @@ column from a Ray Data actor pool in the same stream, so training never runs the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,24 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
             if p.dev_documents:
                 check_readable([p.dev_documents], f"pairs.{key}.dev_documents", errors)
             _check_headers(key, p, errors)
+    _check_unpaired(cfg, errors)
+
+
+def _check_unpaired(cfg: BuildConfig, errors: list[str]) -> None:
+    """A contrastive build aligns languages through their pairs: a language in none of the
+    ``[pairs.*]`` sections would keep its words' unaligned vectors; refused, naming it."""
+    if cfg.refine.objective != "contrastive" or not cfg.pairs:
+        return
+    paired = set()
+    for key in cfg.pairs:
+        with contextlib.suppress(ValueError):  # a bad key is reported above
+            paired.update(pairs.languages(key))
+    unpaired = [lang for lang in cfg.languages if lang not in paired]
+    if unpaired:
+        errors.append(f"refine.objective = 'contrastive' but {', '.join(map(repr, unpaired))} "
+                      f"{'is' if len(unpaired) == 1 else 'are'} in no [pairs.*] section: "
+                      "its words would never be aligned; add pairs (e.g. [pairs.en-"
+                      f"{unpaired[0]}]) or leave it out of languages")
 
 
 def _is_number(text: str) -> bool:
@@ -159,7 +178,7 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
     """The pair sources and filters (pair objectives), teacher, seed and sampling settings."""
     r = cfg.refine
     srcs = () if r.objective == "distill" else (sorted(
-        (k, hashed(p, dev_documents="")) for k, p in cfg.pairs.items()),)
+        (k, hashed(p, dev_documents="", dev_share=0.0)) for k, p in cfg.pairs.items()),)
     if writes_targets(cfg):
         return (teacher, cfg.seed, r.objective, r.sentences, r.dev_max, {"layout": LAYOUT})
     with_teacher = ("teacher",) if r.objective == "contrastive" and needs_teacher(cfg) else ()
