@@ -1,7 +1,7 @@
 """The comparison users make: Tatoeba per language for a swe model, beside the published
 scores of the static and transformer models they would pick instead.
 
-    python benchmarks/bench_languages.py --model out/many/model --json out/languages.json
+    python benchmarks/bench_languages.py --model out/many/model --json out/languages.json --card
     python benchmarks/bench_languages.py --model out/many/model \\
         --teacher teacher:out/teachers/multilingual-e5-small      # also our teacher, measured
     python benchmarks/bench_languages.py --smoke   # German only, a 2,000-word random model
@@ -41,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--teacher", default="",
                    help="an encoder spec to measure too (e.g. teacher:DIR); slow on CPU")
     p.add_argument("--json", help="write every score here")
+    p.add_argument("--card", action="store_true",
+                   help="also put the table in the model's card (its README.md)")
     p.add_argument("--smoke", action="store_true", help=f"a tiny run: {SMOKE}")
     return p
 
@@ -130,7 +132,14 @@ def main(argv: list[str] | None = None) -> int:
                  if c != "en" and language(c).tatoeba in pub]
         swe = scores(spec, codes, data)
     teacher = scores(args.teacher, codes, data) if args.teacher else {}
-    print("\n".join(table(codes, swe, teacher, pub)))
+    lines = table(codes, swe, teacher, pub)
+    print("\n".join(lines))
+    if args.card and args.model:
+        from swe.build.card import add_scores
+
+        add_scores(args.model, [f"Tatoeba accuracy × 100 (`python benchmarks/{Path(__file__).name}"
+                                f" --model DIR --card`; published scores from MTEB):", "",
+                                *lines])
     if args.json:
         Path(args.json).write_text(json.dumps({
             "swe": swe, "teacher": teacher, "summary": summary(codes, swe, teacher, pub)},

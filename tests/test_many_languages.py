@@ -270,3 +270,29 @@ def test_cyrillic_serbian_and_uzbek_find_their_latin_vocabulary():
         ("морате", None)]
     english = StaticModel(words, np.eye(4), languages=["en"])
     assert english.tokenize("Пасош") == [("Пасош", None)]  # no two-script language: no reading
+
+
+def test_the_card_lists_each_language_with_the_size_of_its_text_and_its_scores(tmp_path):
+    from swe.build.card import add_scores, language_facts, render_card
+
+    def done(stage: str, stats: dict) -> None:
+        (tmp_path / "work" / stage).mkdir(parents=True)
+        (tmp_path / "work" / stage / "_DONE.json").write_text(json.dumps({"stats": stats}))
+
+    done("corpus", {"shards": {"en": [{"lines": 5}], "deu": [{"lines": 3}, {"lines": 4}]}})
+    done("sentences", {"shards": {"en": [{"sentences": 5}], "deu": [{"sentences": 6}]}})
+    done("vocab", {"sizes": {"en": 40, "deu": 1200}, "listed": {"deu": 200}})
+    done("train_data", {"pairs": {"en-deu": 1500}})
+    facts = language_facts(str(tmp_path))
+    assert facts == {"en": {"lines": 5, "sentences": 5, "words": 40},
+                     "deu": {"lines": 7, "sentences": 6, "words": 1200, "listed": 200,
+                             "pairs": 1500}}
+    card = render_card("model", {"languages": ["en", "deu"], "vocab_size": 1240}, {
+        "corpus": {}}, [], facts)
+    assert "| German | deu | 7 | 6 | 1,200 (200) | 1,500 |" in card
+    assert "| English | en | 5 | 5 | 40 | – |" in card
+    (tmp_path / "README.md").write_text(card)
+    add_scores(str(tmp_path), ["| deu | 91.0 |"])
+    text = (tmp_path / "README.md").read_text()
+    assert "## Speed and quality\n\n| deu | 91.0 |\n\n## Licence notes" in text
+    assert "Not measured by the build" not in text

@@ -20,7 +20,8 @@ from swe.modelfiles import ModelFolder
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
 
-__all__ = ["CARD", "config_hash", "corpus_facts", "render_card", "write_card", "write_cards"]
+__all__ = ["CARD", "add_scores", "config_hash", "corpus_facts", "language_facts", "render_card",
+           "write_card", "write_cards"]
 
 log = logging.getLogger("swe.build")
 
@@ -43,7 +44,8 @@ def corpus_facts(config: dict[str, Any]) -> list[tuple[str, int, int]]:
     out = []
     for lang, section in (config.get("corpus") or {}).items():
         try:
-            files = inputs.expand_inputs(list(section.get("paths") or []))
+            files = inputs.expand_inputs(list(section.get("paths") or []) + inputs.present(
+                list(section.get("paths_if_present") or [])))
             size = 0
             for f in files:
                 fs, path = storage.filesystem(f)
@@ -54,12 +56,73 @@ def corpus_facts(config: dict[str, Any]) -> list[tuple[str, int, int]]:
     return out
 
 
+def language_facts(output: str) -> dict[str, dict[str, int]]:
+    """Per language, from the build's stage markers: its text ``lines``, ``sentences`` kept,
+    vocabulary ``words`` (``listed``: of them, word-list words seen too rarely otherwise) and
+    translation ``pairs`` (its ``en-<lang>`` section, train and dev); what was not built is
+    left out."""
+    def stats(stage: str) -> dict:
+        try:
+            url = storage.join(output, "work", stage, "_DONE.json")
+            return json.loads(storage.read_text(url)).get("stats") or {}
+        except (OSError, ValueError):
+            return {}
+
+    facts: dict[str, dict[str, int]] = {}
+    for stage, key, unit in (("corpus", "lines", "lines"), ("sentences", "sentences",
+                                                             "sentences")):
+        for lang, shards in (stats(stage).get("shards") or {}).items():
+            facts.setdefault(lang, {})[key] = sum(int(s.get(unit, 0)) for s in shards)
+    vocab = stats("vocab")
+    for key, name in (("sizes", "words"), ("listed", "listed")):
+        for lang, n in (vocab.get(key) or {}).items():
+            facts.setdefault(lang, {})[name] = int(n)
+    for pair, n in (stats("train_data").get("pairs") or {}).items():
+        for lang in facts:
+            if lang != "en" and pair.endswith(f"-{lang}"):
+                facts[lang]["pairs"] = int(n)
+    return facts
+
+
+def _language_lines(facts: dict[str, dict[str, int]]) -> list[str]:
+    """The card's per-language table (empty when the markers are gone)."""
+    if not facts:
+        return []
+    from swe.text import LANGUAGES
+
+    def row(code: str, r: dict[str, int]) -> str:
+        n = {k: f"{v:,}" for k, v in r.items()}
+        words = n.get("words", "–") + (f" ({n['listed']})" if "listed" in n else "")
+        name = LANGUAGES[code].name if code in LANGUAGES else code
+        return (f"| {name} | {code} | {n.get('lines', '–')} | {n.get('sentences', '–')} | "
+                f"{words} | {n.get('pairs', '–')} |")
+
+    return ["## Languages", "", "| language | code | text lines | sentences | words (listed) "
+            "| pairs |", "|---|---|---:|---:|---:|---:|",
+            *(row(c, r) for c, r in facts.items()), ""]
+
+
+def add_scores(model_dir: str, lines: list[str]) -> str:
+    """Put ``lines`` (Markdown) under the card's "Speed and quality" heading, in place of what
+    was there; the card's URL."""
+    url = storage.join(model_dir, CARD)
+    text = storage.read_text(url)
+    head, sep, rest = text.partition("## Speed and quality\n")
+    if not sep:
+        raise ValueError(f"{url} has no 'Speed and quality' section: rebuild or rewrite it")
+    _, nxt, tail = rest.partition("\n## ")
+    storage.write_bytes(url, (head + sep + "\n" + "\n".join(lines) + "\n" + nxt +
+                              tail).encode("utf-8"))
+    return url
+
+
 def _mb(n: int) -> str:
     return "unknown" if n < 0 else f"{n / 1e6:,.1f} MB"
 
 
 def render_card(step: str, model: dict[str, Any], config: dict[str, Any],
-                corpus: list[tuple[str, int, int]]) -> str:
+                corpus: list[tuple[str, int, int]],
+                facts: dict[str, dict[str, int]] | None = None) -> str:
     """The card's Markdown from the model's ``config.json``, the build config and corpus facts."""
     prov = model.get("provenance") or {}
     files = model.get("files") or {}
@@ -87,7 +150,7 @@ def render_card(step: str, model: dict[str, Any], config: dict[str, Any],
         f"| lowercase lookup | {model.get('lowercase')} |",
         f"| build config hash | `{config_hash(config)}` |",
         f"| size on disk | {_mb(total)} ({model.get('dtype', 'float32')}) |", "",
-        "## Corpus", "", *corpus_lines, "",
+        *_language_lines(facts or {}), "## Corpus", "", *corpus_lines, "",
         "## Files", "", "| file | bytes |", "|---|---|", *file_lines, "",
         "## Speed and quality", "",
         "Not measured by the build. Measure with `swe evaluate --model DIR --tasks stsb-dev "
@@ -116,7 +179,8 @@ def write_card(model_dir: str, step: str, cfg: BuildConfig,
     folder = ModelFolder(model_dir)
     config = cfg.to_dict()
     text = render_card(step, folder.config, config,
-                       corpus_facts(config) if corpus is None else corpus)
+                       corpus_facts(config) if corpus is None else corpus,
+                       language_facts(cfg.output))
     url = storage.join(model_dir, CARD)
     head, sep, tail = text.partition("## Build config")
     storage.write_bytes(url, (head.replace("DIR", model_dir) + sep + tail).encode("utf-8"))
