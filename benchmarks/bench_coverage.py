@@ -12,7 +12,10 @@ word units of the Tatoeba side (punctuation left out, as the model tokenises it)
 * ``none``: not found (the unit adds nothing to the sentence vector);
 * ``ntrex_1`` / ``ntrex_2``: the share of units (lowercased) that occur at least once / twice in
   the language's NTREX-128 side: a ceiling for ``exact`` with ``vocab.min_count`` 1 / 2 and no
-  size cap (languages written without spaces are left out of these two).
+  size cap (languages written without spaces are left out of these two);
+* ``all_2``: likewise, twice in all of the language's text (NTREX, the ``multilingual/`` pairs'
+  side and ``<code>.txt.xz``: what the ``many`` config reads); ``listed``: in its word list
+  (``multilingual/vocab/<code>.tsv.xz``), when it has one.
 
 Needs only the library and the shared data.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import lzma
 import sys
 import tempfile
 from collections import Counter
@@ -45,15 +49,41 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _ntrex_counts(data: Path, code: str) -> Counter:
+    with gzip.open(data / "parallel/ntrex128" / f"en-{code}.tsv.gz", "rt", encoding="utf-8") as f:
+        next(f)
+        return _counts(line.rstrip("\n").split("\t")[1] for line in f)
+
+
+def _counts(lines) -> Counter:
     from swe.text import is_punctuation, words
 
     counts: Counter = Counter()
-    with gzip.open(data / "parallel/ntrex128" / f"en-{code}.tsv.gz", "rt", encoding="utf-8") as f:
-        next(f)
-        for line in f:
-            counts.update(w.lower() for w in words(line.rstrip("\n").split("\t")[1])
-                          if not is_punctuation(w))
+    for line in lines:
+        counts.update(w.lower() for w in words(line) if not is_punctuation(w))
     return counts
+
+
+def _all_counts(data: Path, code: str) -> Counter:
+    """Word counts of all of a language's text: NTREX, its multilingual/ pairs and text."""
+    counts = _ntrex_counts(data, code)
+    ml = data / "multilingual"
+    if (ml / f"en-{code}.tsv.xz").is_file():
+        with lzma.open(ml / f"en-{code}.tsv.xz", "rt", encoding="utf-8") as f:
+            next(f)
+            counts.update(_counts(line.rstrip("\n").split("\t")[1] for line in f))
+    if (ml / f"{code}.txt.xz").is_file():
+        with lzma.open(ml / f"{code}.txt.xz", "rt", encoding="utf-8") as f:
+            counts.update(_counts(f))
+    return counts
+
+
+def _listed(data: Path, code: str) -> set[str] | None:
+    path = data / "multilingual/vocab" / f"{code}.tsv.xz"
+    if not path.is_file():
+        return None
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        next(f)
+        return {line.split("\t")[0].lower() for line in f}
 
 
 def coverage(model, data: Path, code: str, tatoeba: str, sentences: int) -> dict[str, float]:
@@ -73,6 +103,10 @@ def coverage(model, data: Path, code: str, tatoeba: str, sentences: int) -> dict
         counts = _ntrex_counts(data, code)
         row["ntrex_1"] = 100 * float(np.mean([counts[u] >= 1 for u in spaced]))
         row["ntrex_2"] = 100 * float(np.mean([counts[u] >= 2 for u in spaced]))
+        counts = _all_counts(data, code)
+        row["all_2"] = 100 * float(np.mean([counts[u] >= 2 for u in spaced]))
+        if (listed := _listed(data, code)) is not None:
+            row["listed"] = 100 * float(np.mean([u in listed for u in spaced]))
     return row
 
 
@@ -101,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             parser().error("--model is required unless --smoke")
         rows = {code: coverage(model, data, code, language(code).tatoeba, sentences)
                 for code in model.languages if language(code).tatoeba and code != "en"}
-    keys = ("exact", "fallback", "none", "ntrex_1", "ntrex_2")
+    keys = ("exact", "fallback", "none", "ntrex_1", "ntrex_2", "all_2", "listed")
     print("| language | units | " + " | ".join(keys) + " |")
     print("|---|---:|" + "---:|" * len(keys))
     for code, r in rows.items():
