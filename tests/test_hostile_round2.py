@@ -291,3 +291,18 @@ def test_an_interrupt_is_one_line_saying_what_is_kept_and_how_to_resume(capsys):
     err = capsys.readouterr().err
     assert err == ("error: interrupted; the finished stages under out/work are kept; rerun the "
                    "same command to resume\n")
+
+
+@pytest.mark.parametrize("cpus", ["nan", "0", "-1", "inf"])
+def test_encode_refuses_a_cpu_share_that_is_not_a_positive_number(tmp_path, capsys, cpus):
+    import numpy as np
+
+    from swe import StaticModel
+    from swe.commands.encode import main as encode
+
+    StaticModel.from_vectors(["a", "b"], np.eye(2, 4, dtype=np.float32)).save(tmp_path / "m")
+    (tmp_path / "in.txt").write_text("a b\n")
+    assert encode(["--model", str(tmp_path / "m"), "--input", str(tmp_path / "in.txt"),
+                   "--output", str(tmp_path / "out"), "--cpus-per-actor", cpus]) == 2
+    assert "--cpus-per-actor must be a positive number" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -22,6 +22,7 @@ import gc
 import hashlib
 import json
 import logging
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -65,13 +66,16 @@ class EncodeSummary:
     rows_per_s: float
 
 
-def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: int | None) -> None:
+def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: int | None,
+              cpus_per_actor: float = 0.5) -> None:
     if opts.dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {opts.dtype!r}")
     if opts.dim is not None and opts.dim < 1:
         raise ValueError(f"--dim must be positive, got {opts.dim}")
     if opts.part_rows < 1 or actors < 1 or (max_actors is not None and max_actors < actors):
         raise ValueError("need --part-rows ≥ 1, --actors ≥ 1 and --max-actors ≥ --actors")
+    if not (math.isfinite(cpus_per_actor) and cpus_per_actor > 0):
+        raise ValueError(f"--cpus-per-actor must be a positive number, got {cpus_per_actor}")
     ours = ["embedding"] + ([] if opts.id_column else ["file", "row"])
     taken = [c for c in (*opts.keep_columns, opts.id_column) if c in ours]
     if taken:
@@ -201,7 +205,7 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     model, output = storage.absolute(model), storage.output_url(output)
     inputs = [storage.absolute(p) for p in inputs]  # workers may run in another directory
     files = expand_inputs(inputs)
-    _validate(opts, files, actors, max_actors)
+    _validate(opts, files, actors, max_actors, cpus_per_actor)
     dim = StaticModel.load(model).dim  # fail fast on a bad model path
     if opts.dim is not None and opts.dim > dim:
         raise ValueError(f"--dim {opts.dim} exceeds the {dim} dimensions of the model at "
