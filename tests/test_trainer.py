@@ -5,6 +5,7 @@ with these options on: tests/test_refine.py."""
 
 import contextlib
 import socket
+import time
 
 import pytest
 import torch
@@ -279,3 +280,20 @@ def test_two_workers_exchange_the_touched_rows_and_agree_with_one_worker_and_den
     assert torch.equal(r0["some-sparse"][5:], start[5:])
     # rows 5 and 6 have no gradient and no moments under dense Adam either: the rest agree
     torch.testing.assert_close(r0["some-sparse"], r0["some-dense"])
+
+
+def test_refinement_prints_its_step_losses_and_eta_at_least_every_30_seconds(capsys):
+    from swe.build.training.trainer import PROGRESS_SECONDS, _progress
+
+    assert PROGRESS_SECONDS <= 30
+    job = TrainJob(RefineConfig(max_steps=1000), "", 0, 0)
+    state = {"step": 400, "history": [{"dev_loss": 1.25}], "best_loss": 1.2, "best_step": 300}
+    clock = {"at": time.monotonic() - 40, "step": 0}
+    _progress(job, state, [2.0, 3.0], 1, dict(clock))  # not rank 0: silent
+    _progress(job, state, [2.0, 3.0], 0, {"at": time.monotonic(), "step": 0})  # too soon
+    assert capsys.readouterr().out == ""
+    _progress(job, state, [2.0, 3.0], 0, clock)
+    line = capsys.readouterr().out
+    assert line.startswith("[refine] step 400/1,000, 10.0 steps/s, ETA 1 min at most; train "
+                           "loss 2.5000, dev loss 1.2500 (best 1.2000 at step 300)"), line
+    assert clock["step"] == 400
