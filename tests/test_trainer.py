@@ -283,17 +283,36 @@ def test_two_workers_exchange_the_touched_rows_and_agree_with_one_worker_and_den
 
 
 def test_refinement_prints_its_step_losses_and_eta_at_least_every_30_seconds(capsys):
-    from swe.build.training.trainer import PROGRESS_SECONDS, _progress
+    from swe.build.training.progress import PROGRESS_SECONDS, progress
 
     assert PROGRESS_SECONDS <= 30
-    job = TrainJob(RefineConfig(max_steps=1000), "", 0, 0)
     state = {"step": 400, "history": [{"dev_loss": 1.25}], "best_loss": 1.2, "best_step": 300}
     clock = {"at": time.monotonic() - 40, "step": 0}
-    _progress(job, state, [2.0, 3.0], 1, dict(clock))  # not rank 0: silent
-    _progress(job, state, [2.0, 3.0], 0, {"at": time.monotonic(), "step": 0})  # too soon
+    progress(1000, state, [2.0, 3.0], 1, dict(clock))  # not rank 0: silent
+    progress(1000, state, [2.0, 3.0], 0, {"at": time.monotonic(), "step": 0})  # too soon
     assert capsys.readouterr().out == ""
-    _progress(job, state, [2.0, 3.0], 0, clock)
+    progress(1000, state, [2.0, 3.0], 0, clock)
     line = capsys.readouterr().out
     assert line.startswith("[refine] step 400/1,000, 10.0 steps/s, ETA 1 min at most; train "
                            "loss 2.5000, dev loss 1.2500 (best 1.2000 at step 300)"), line
     assert clock["step"] == 400
+
+
+def test_a_workers_progress_line_reaches_the_drivers_log(ray_session, caplog):
+    import logging
+
+    import ray
+
+    from swe.build.training.progress import progress, relay
+
+    @ray.remote(num_cpus=0)
+    def worker(queue) -> None:
+        state = {"step": 7, "history": [], "initial_dev_loss": 2.0, "best_loss": None}
+        progress(10, state, [1.5], 0, {"at": time.monotonic() - 1, "step": 0}, queue, every=0)
+
+    with caplog.at_level(logging.INFO, logger="swe.build"), relay() as queue:
+        ray.get(worker.remote(queue))
+        deadline = time.monotonic() + 20
+        while "[refine] step 7/10" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert "[refine] step 7/10" in caplog.text and "dev loss 2.0000" in caplog.text

@@ -27,6 +27,7 @@ from swe.build.markers import StageDir
 from swe.build.outputs import train_dev_urls
 from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, remote
+from swe.build.training.progress import relay
 from swe.build.training.trainer import TrainJob, train_loop
 from swe.model import StaticModel
 from swe.resources import Request
@@ -275,19 +276,20 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
     resources = {"CPU": refine.cpus_per_worker}
     if use_gpu:
         resources["GPU"] = refine.gpus_per_worker
-    trainer = TorchTrainer(
-        train_loop,
-        train_loop_config={"job": TrainJob(refine, init_model, seed, train_rows)},
-        datasets=_datasets(*data),
-        dataset_config=DataConfig(datasets_to_split=["train"],
-                                  execution_options=ExecutionOptions(preserve_order=True)),
-        scaling_config=ScalingConfig(num_workers=refine.workers, use_gpu=use_gpu,
-                                     resources_per_worker=resources),
-        run_config=RunConfig(name=run_name, storage_path=path, storage_filesystem=fs,
-                             failure_config=FailureConfig(max_failures=refine.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
-    )
-    result = trainer.fit()
+    with relay() as progress:
+        result = TorchTrainer(
+            train_loop,
+            train_loop_config={"job": TrainJob(refine, init_model, seed, train_rows,
+                                               progress=progress)},
+            datasets=_datasets(*data),
+            dataset_config=DataConfig(datasets_to_split=["train"],
+                                      execution_options=ExecutionOptions(preserve_order=True)),
+            scaling_config=ScalingConfig(num_workers=refine.workers, use_gpu=use_gpu,
+                                         resources_per_worker=resources),
+            run_config=RunConfig(name=run_name, storage_path=path, storage_filesystem=fs,
+                                 failure_config=FailureConfig(max_failures=refine.max_failures),
+                                 checkpoint_config=CheckpointConfig(num_to_keep=2)),
+        ).fit()
     if result.checkpoint is None:
         raise RuntimeError("refinement finished without a checkpoint: no evaluation ran")
     ckpt = result.checkpoint

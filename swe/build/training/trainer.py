@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from swe.build.training.progress import progress
 from swe.build.training.row_adam import RowAdam, clip, touched, union
 from swe.model import StaticModel
 
@@ -54,6 +55,7 @@ class TrainJob:
     train_rows: int
     world: int = 1
     collate: Collate | None = None
+    progress: Any = None  # a Ray queue for rank 0's progress lines (``progress.relay``)
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -213,9 +215,6 @@ def restore_state(ckpt: Any, params: dict[str, Any], opt: Any, device: Any) -> t
 
 
 # -- the loop each Ray Train worker runs ---------------------------------------------------------
-
-
-PROGRESS_SECONDS = 30.0  # a progress line at least this often (rank 0)
 
 
 def _dev_batches(collate: Collate, batch_size: int) -> list[dict]:
@@ -407,26 +406,6 @@ def train_loop(config: dict[str, TrainJob]) -> None:
     _epochs(job, state, params, opt, best, dev, rank)
 
 
-def _progress(job: TrainJob, state: dict, since: list[float], rank: int, last: dict,
-              every: float = PROGRESS_SECONDS) -> None:
-    """Rank 0, once ``every`` seconds have passed since ``last`` (the previous line's time and
-    step): a line with the step, its rate and ETA, the train loss since the last evaluation and
-    the last dev loss (the driver shows workers' output)."""
-    now = time.monotonic()
-    if rank or now - last["at"] < every or not since:
-        return
-    rate = (state["step"] - last["step"]) / (now - last["at"])
-    left = job.refine.max_steps - state["step"]
-    dev = state["history"][-1]["dev_loss"] if state["history"] else state.get(
-        "initial_dev_loss")
-    print(f"[refine] step {state['step']:,}/{job.refine.max_steps:,}, {rate:.1f} steps/s, "
-          f"ETA {left / rate / 60:.0f} min at most; train loss {np.mean(since):.4f}, dev loss "
-          + (f"{dev:.4f}" if dev is not None else "–")
-          + (f" (best {state['best_loss']:.4f} at step {state['best_step']:,})"
-             if state["best_loss"] is not None else ""), flush=True)
-    last.update(at=now, step=state["step"])
-
-
 def _stopping(job: TrainJob, state: dict) -> bool:
     return state["step"] >= job.refine.max_steps or state["bad"] >= job.refine.patience
 
@@ -449,7 +428,7 @@ def _epochs(job: TrainJob, state: dict, params: dict[str, Any], opt: Any, best: 
             stepped = True
             state["step"] += 1
             since.append(loss)
-            _progress(job, state, since, rank, clock)
+            progress(job.refine.max_steps, state, since, rank, clock, job.progress)
             if state["step"] % job.refine.eval_every and state["step"] < job.refine.max_steps:
                 continue
             best = _evaluate(job, state, params["weight"], best, dev, since)
