@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -296,3 +297,14 @@ def test_the_card_lists_each_language_with_the_size_of_its_text_and_its_scores(t
     text = (tmp_path / "README.md").read_text()
     assert "## Speed and quality\n\n| deu | 91.0 |\n\n## Licence notes" in text
     assert "Not measured by the build" not in text
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ('vocab.word_lists="a\\u0000b/{lang}.tsv"',
+     "vocab.word_lists: 'a\\x00b/{lang}.tsv' is not a path"),
+    ("vocab.word_lists=' '", "vocab.word_lists: ' ' is not a path"),
+    ("corpus.en.paths_if_present=['']", "corpus.en.paths_if_present: '' is not a path"),
+])
+def test_an_empty_or_nul_optional_path_is_refused_before_any_work(setting, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_config("quickstart", [setting], output="out/q", check_paths=False)

@@ -89,6 +89,8 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     for lang, c in cfg.corpus.items():
         if lang not in cfg.languages:
             errors.append(f"[corpus.{lang}] given but {lang!r} is not in languages")
+        errors.extend(f"corpus.{lang}.paths_if_present: {p!r} is not a path (empty, or holding "
+                      "a NUL byte)" for p in c.paths_if_present if not p.strip() or "\0" in p)
         if check_paths:
             check_readable(c.paths, f"corpus.{lang}", errors)
             _check_formats(c, lang, errors)

@@ -78,8 +78,13 @@ class Result(StageResult):
 
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
-    """Each language's word list, when ``vocab.word_lists`` names one: a header
+    """``vocab.word_lists`` is a path; each language's word list, when it names one: a header
     ``word<TAB>count``, numeric counts."""
+    if "\0" in cfg.vocab.word_lists or (cfg.vocab.word_lists and
+                                        not cfg.vocab.word_lists.strip()):
+        errors.append(f"vocab.word_lists: {cfg.vocab.word_lists!r} is not a path (blank, or "
+                      "holding a NUL byte)")
+        return
     if not (check_paths and cfg.vocab.word_lists):
         return
     for lang in cfg.languages:
