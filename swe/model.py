@@ -18,7 +18,7 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from swe.text import (
 from swe.transliteration import latin_forms
 
 __all__ = ["DTYPES", "FORMAT_VERSION", "OOV_RULES", "PREFIX_MIN", "SCALES", "ModelFileError",
-           "StaticModel", "dequantize_int8", "quantize_int8"]
+           "StaticModel", "TokenVectors", "dequantize_int8", "quantize_int8"]
 
 #: Out-of-vocabulary rules: the teacher-subword rule alone, or it then a character prefix.
 OOV_RULES = ("subword", "prefix")
@@ -45,6 +45,14 @@ PREFIX_MIN = 3  # the shortest vocabulary word the ``prefix`` rule falls back to
 _SKIP = -1  # a unit that contributes nothing (punctuation, never matched)
 _MEMO_LIMIT = 4_000_000  # distinct surface forms remembered before the memo is reset
 _CHUNK = 1 << 16  # word vectors gathered at once while pooling
+
+
+class TokenVectors(NamedTuple):
+    """One text's word units that have a vector, in text order: what ``encode`` averages."""
+
+    units: list[str]  # the units as written (a CJK run split into its words)
+    rows: np.ndarray  # int64 [n]: each unit's vocabulary row (``model.words[row]``)
+    vectors: np.ndarray  # float32 [n, d]: the rows' vectors, not normalised
 
 
 class _Memo(dict):
@@ -226,6 +234,17 @@ class StaticModel:
                     out.append((u, self.words[i] if i >= 0 else None))
         return out
 
+    def _units(self, text: str) -> list[tuple[str, int]]:
+        """The units of ``text`` that have a vector, each with its row (what encode pools)."""
+        out: list[tuple[str, int]] = []
+        for w in words(text):
+            if has_unspaced_script(w):
+                out.extend((u, i) for u in split_unspaced(w, self.tokenizer, self._unk)
+                           if (i := self._lookup(u)) >= 0)
+            elif (i := self._memo[w]) >= 0:
+                out.append((w, i))
+        return out
+
     # -- encoding -----------------------------------------------------------------------------
 
     def encode(self, texts: str | Iterable[str | None], batch_size: int = 1024,
@@ -246,6 +265,24 @@ class StaticModel:
         for start in range(0, len(texts), batch_size):
             batch = texts[start : start + batch_size]
             out[start : start + len(batch)] = self._encode_batch(batch, start, normalize)
+        return out
+
+    def encode_tokens(self, texts: str | Iterable[str | None]
+                      ) -> TokenVectors | list[TokenVectors]:
+        """Per text, its word units that have a vector and those vectors (:class:`TokenVectors`),
+        by the same units and OOV rule as :meth:`encode`: the L2-normalised mean of a text's
+        ``vectors`` is its ``encode`` row. Punctuation and units no rule matches are left out
+        (:meth:`tokenize` shows them). A single ``str`` gives one :class:`TokenVectors`."""
+        if isinstance(texts, str):
+            return self.encode_tokens([texts])[0]
+        out: list[TokenVectors] = []
+        for j, text in enumerate(_as_list(texts)):
+            if j % 1024 == 0:
+                self._memo.reset_if_full()
+            _check_text("" if text is None else text, j)
+            pairs = self._units(text) if text else []
+            rows = np.fromiter((i for _, i in pairs), dtype=np.int64, count=len(pairs))
+            out.append(TokenVectors([u for u, _ in pairs], rows, self.vectors[rows]))
         return out
 
     def word_ids(self, texts: Iterable[str | None]) -> list[np.ndarray]:

@@ -74,6 +74,32 @@ def test_text_gz_with_empty_and_invalid_lines(tmp_path, sentences, model, model_
         "0-0.parquet", "0-1.parquet", "0-2.parquet", "0-3.parquet"]
 
 
+def test_tokens_write_each_rows_units_and_vectors(tmp_path, sentences, model, model_path):
+    """``--tokens``: one row per input row (empty and null texts included); each row's units
+    and vectors are ``encode_tokens``' (float16, first 32 dims); the embedding is unchanged."""
+    texts = [*sentences[:700], "", "!!!"]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": [*texts, None]}), src)
+    opts = EncodeOptions(part_rows=250, tokens=True, dtype="float16", dim=32)
+    assert encode_files(model_path, [str(src)], str(tmp_path / "out"), options=opts).rows == 703
+    df = _read(tmp_path / "out").sort_values("row")
+    assert df["row"].tolist() == list(range(703))
+    for i, want in enumerate(model.encode_tokens([*texts, None])):
+        assert list(df["tokens"].iloc[i]) == want.units
+        got = np.array([np.asarray(v) for v in df["token_vectors"].iloc[i]]).reshape(-1, 32)
+        np.testing.assert_allclose(got, want.vectors[:, :32].astype(np.float16))
+    plain = EncodeOptions(part_rows=250, dtype="float16", dim=32)
+    encode_files(model_path, [str(src)], str(tmp_path / "plain"), options=plain)
+    plain_rows = _read(tmp_path / "plain").sort_values("row")
+    np.testing.assert_array_equal(_matrix(df), _matrix(plain_rows))
+    with pytest.raises(ValueError, match="--tokens writes float32 or float16"):
+        encode_files(model_path, [str(src)], str(tmp_path / "int8"),
+                     options=EncodeOptions(tokens=True, dtype="int8"))
+    with pytest.raises(ValueError, match="'tokens' would replace"):
+        encode_files(model_path, [str(src)], str(tmp_path / "clash"),
+                     options=EncodeOptions(tokens=True, keep_columns=("tokens",)))
+
+
 def test_jsonl_xz_ids_nulls_kept_columns_float16(tmp_path, sentences, model, model_path):
     recs = [{"id": f"doc-{i}", "body": s, "lang": "en", "n": i}
             for i, s in enumerate(sentences[:500])]

@@ -1,5 +1,6 @@
 """A bulk job whose driver is SIGKILLed part-way resumes where it stopped: the rerun encodes only
-the missing parts, and the output has exactly one row per input row."""
+the missing parts, and the output has exactly one row per input row (with ``--tokens``: each
+row's units and vectors too)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from procs import own_env
 from test_bulk import small_glove
 
+from swe import StaticModel
 from swe.bulk import read_manifest, read_output
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,9 +39,20 @@ def _job(model: str, src: Path, out: Path, log: Path) -> subprocess.Popen:
     """``pipelines/encode.py`` in its own session with its own local Ray."""
     env = own_env()
     args = [sys.executable, "pipelines/encode.py", "--model", model, "--input", str(src),
-            "--output", str(out), "--part-rows", str(PART), "--max-actors", "2"]
+            "--output", str(out), "--part-rows", str(PART), "--max-actors", "2", "--tokens"]
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=log.open("w"), start_new_session=True, text=True)
+
+
+def _check_tokens(model: StaticModel, corpus: Path, table) -> None:
+    """Every 97th row's embedding, units and token vectors are the model's for its text."""
+    lines = {str(p): p.read_text().split("\n") for p in corpus.iterdir()}
+    rows = table.take(list(range(0, table.num_rows, 97))).to_pylist()
+    texts = [lines[r["file"]][r["row"]] for r in rows]
+    np.testing.assert_allclose([r["embedding"] for r in rows], model.encode(texts), atol=1e-6)
+    for r, want in zip(rows, model.encode_tokens(texts), strict=True):
+        assert r["tokens"] == want.units
+        np.testing.assert_allclose(np.reshape(r["token_vectors"], (-1, model.dim)), want.vectors)
 
 
 @pytest.fixture(scope="module")
@@ -85,5 +99,6 @@ def test_killed_driver_resumes(glove, corpus, tmp_path):
     assert table.num_rows == len(keys) == FILES * ROWS  # no duplicates, none missing
     assert keys == {(str(corpus / f"part-{k}.txt"), r) for k in range(FILES) for r in range(ROWS)}
     assert sorted(p.name for p in out.iterdir()) == ["_manifest.json", f"v-{summary['run']}"]
+    _check_tokens(StaticModel.load(model), corpus, read_output(str(out)).to_table())
     print(f"killed after {killed_after:.1f}s with {written} of {summary['parts']} parts written; "
           f"the rerun resumed {summary['resumed_parts']} and took {resumed_in:.1f}s")

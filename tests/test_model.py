@@ -109,6 +109,33 @@ def test_cjk_runs_use_teacher_tokens(model):
                                rtol=1e-5)
 
 
+def test_token_vectors_are_the_units_encode_pools(model):
+    t = model.encode_tokens("The CAT, hyperparameterization 北京。 zzyzx!")
+    assert t.units == ["The", "CAT", "hyperparameterization", "北", "京"]  # no "," "zzyzx" "!"
+    assert [model.words[r] for r in t.rows] == ["the", "cat", "hyperparameter", "北", "京"]
+    np.testing.assert_array_equal(t.vectors, model.vectors[t.rows])
+    empty = model.encode_tokens(["", None, "!!!"])
+    assert all(e.units == [] and e.vectors.shape == (0, 8) for e in empty)
+    with pytest.raises(TypeError, match=r"texts\[1\]"):
+        model.encode_tokens(["cat", 3])
+
+
+def test_the_normalised_mean_of_token_vectors_is_encode_on_real_text(glove, data_dir):
+    """GloVe 400k with the MiniLM OOV rule, on 3,000 real Wikipedia lines (CJK included)."""
+    import lzma
+
+    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.01.txt.xz", "rt") as f:
+        texts = [next(f) for _ in range(3000)] + ["北京 cat", "", "zzyzx"]
+    want = glove.encode(texts)
+    for i, t in enumerate(glove.encode_tokens(texts)):
+        assert len(t.units) == len(t.rows) == len(t.vectors)
+        if not len(t.vectors):
+            assert not want[i].any(), texts[i]
+            continue
+        mean = t.vectors.astype(np.float64).mean(axis=0)
+        np.testing.assert_allclose(mean / np.linalg.norm(mean), want[i], atol=1e-5)
+
+
 @pytest.mark.parametrize("text", ["", "   \n\t ", "😀🎉", "!!! ...", "zzyzx qqqq"])
 def test_texts_with_no_known_word_give_zero_rows(model, text):
     out = model.encode([text, "cat"])

@@ -34,6 +34,11 @@ def quantize(vectors: np.ndarray, dtype: str, dim: int | None) -> tuple[np.ndarr
     return vectors.astype(dtype), 1.0
 
 
+def _rows(vectors: np.ndarray) -> pa.FixedSizeListArray:
+    """A ``[n, d]`` matrix as ``n`` fixed-size list rows."""
+    return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+
+
 def _node_id() -> str:
     """The Ray node this actor runs on (recorded in each receipt), or "" outside Ray."""
     import ray
@@ -57,9 +62,8 @@ class Encoder:
         def values(name: str) -> pa.Array:
             return chunk.column("c:" + name).combine_chunks().flatten()
 
-        texts = values(self.opts.text_column)
-        vectors, _ = quantize(self.model.encode(texts.to_pylist()), self.opts.dtype,
-                              self.opts.dim)
+        texts = values(self.opts.text_column).to_pylist()
+        vectors, _ = quantize(self.model.encode(texts), self.opts.dtype, self.opts.dim)
         n = len(texts)
         cols: dict = {}
         if self.opts.id_column:
@@ -71,9 +75,21 @@ class Encoder:
         for c in self.opts.keep_columns:
             if c not in cols:
                 cols[c] = values(c)
-        cols["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)),
-                                                              vectors.shape[1])
+        cols["embedding"] = _rows(vectors)
+        if self.opts.tokens:
+            cols.update(self._tokens(texts))
         return pa.table(cols)
+
+    def _tokens(self, texts: list) -> dict[str, pa.Array]:
+        """Each text's word units and their vectors (first ``dim`` dimensions, not normalised)."""
+        per_text = self.model.encode_tokens(texts)
+        dim = self.opts.dim or self.model.dim
+        offsets = np.cumsum([0, *(len(t.units) for t in per_text)], dtype=np.int32)
+        flat = np.concatenate([t.vectors[:, :dim] for t in per_text]) if per_text else \
+            np.zeros((0, dim), np.float32)
+        vectors = _rows(flat.astype(self.opts.dtype))
+        return {"tokens": pa.array([t.units for t in per_text], pa.list_(pa.string())),
+                "token_vectors": pa.ListArray.from_arrays(pa.array(offsets), vectors)}
 
     def __call__(self, chunk: pa.Table) -> pa.Table:
         """Encode a chunk, write its part then its receipt; return the receipt as a row."""

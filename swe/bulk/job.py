@@ -76,7 +76,11 @@ def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: in
         raise ValueError("need --part-rows ≥ 1, --actors ≥ 1 and --max-actors ≥ --actors")
     if not (math.isfinite(cpus_per_actor) and cpus_per_actor > 0):
         raise ValueError(f"--cpus-per-actor must be a positive number, got {cpus_per_actor}")
-    ours = ["embedding"] + ([] if opts.id_column else ["file", "row"])
+    if opts.tokens and opts.dtype == "int8":
+        raise ValueError("--tokens writes float32 or float16 word vectors; use --dtype float16 "
+                         "(or float32) with --tokens")
+    ours = ["embedding", *(["tokens", "token_vectors"] if opts.tokens else []),
+            *([] if opts.id_column else ["file", "row"])]
     taken = [c for c in (*opts.keep_columns, opts.id_column) if c in ours]
     if taken:
         raise ValueError(f"the output's own column {taken[0]!r} would replace the input's "
@@ -91,7 +95,7 @@ def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: in
 def _spec(model: str, files: list[str], opts: EncodeOptions) -> tuple[str, dict]:
     """The run's name and what it is made of."""
     spec = {"model": model, "model_fingerprint": storage.fingerprint(model),
-            "inputs": [[f, storage.fingerprint(f)] for f in files], "options": asdict(opts)}
+            "inputs": [[f, storage.fingerprint(f)] for f in files], "options": opts.hashed()}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12], spec
 
 
@@ -178,8 +182,11 @@ def _schema(output: str, parts: list[dict], opts: EncodeOptions, dim: int) -> st
         fields = ([(opts.id_column, pa.string())] if opts.id_column
                   else [("file", pa.string()), ("row", pa.int64())])
         fields += [(c, pa.string()) for c in opts.keep_columns if c != opts.id_column]
-        schema = pa.schema([*fields, ("embedding", pa.list_(pa.from_numpy_dtype(opts.dtype),
-                                                            opts.dim or dim))])
+        vector = pa.list_(pa.from_numpy_dtype(opts.dtype), opts.dim or dim)
+        fields.append(("embedding", vector))
+        if opts.tokens:
+            fields += [("tokens", pa.list_(pa.string())), ("token_vectors", pa.list_(vector))]
+        schema = pa.schema(fields)
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
 

@@ -6,11 +6,13 @@ this dataclass itself."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from swe.matrix import DTYPES
 
 __all__ = ["DTYPES", "EncodeOptions", "add_arguments"]
+
+_ADDED = {"tokens": False}  # fields added after runs were named, with their neutral value
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,14 @@ class EncodeOptions:
         "flag": "--format", "choices": ("auto", "parquet", "jsonl", "text"),
         "help": "input format"})
     part_rows: int = field(default=65536, metadata={"type": int, "help": "rows per output part"})
+    tokens: bool = field(default=False, metadata={
+        "action": "store_true", "help": "also write each row's word units and their vectors "
+        "(columns tokens and token_vectors: what the embedding averages; float32 or float16)"})
+
+    def hashed(self) -> dict:
+        """The fields that name a run: every field, less those added later while they keep
+        their default (so an earlier run keeps its name)."""
+        return {k: v for k, v in asdict(self).items() if k not in _ADDED or v != _ADDED[k]}
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> EncodeOptions:
