@@ -235,3 +235,12 @@ def test_a_second_encode_into_a_held_output_stops_naming_the_holder(tmp_path, se
                                               "heartbeat": 1e12, "token": "dead"}))
     summary = encode_files(model_path, [str(src)], str(out), options=EncodeOptions(dim=8))
     assert summary.rows == 200 and summary.dim == 8 and not (out / LEASE_FILE).exists()
+
+
+def test_a_run_keeps_its_name_while_tokens_is_off():
+    """Runs were named before ``tokens`` existed: off, it is not hashed (a rerun resumes)."""
+    from dataclasses import asdict
+
+    before = {k: v for k, v in asdict(EncodeOptions()).items() if k != "tokens"}
+    assert EncodeOptions().hashed() == before
+    assert EncodeOptions(tokens=True).hashed() == {**before, "tokens": True}
