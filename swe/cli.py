@@ -1,9 +1,9 @@
-"""The ``swe`` command: ``swe build|encode|evaluate|analyze|export|info|reseal|store``.
+"""The ``swe`` command: ``swe build|encode|evaluate|analyze|quantize|export|info|reseal|store``.
 
-``build``, ``encode``, ``evaluate`` and ``analyze`` are the jobs in ``swe.commands`` (their parser
-and ``main``); ``pipelines/*.py`` wrap the same functions for ``ray job submit``, so both take the
-same arguments. ``export``, ``info``, ``reseal`` and ``store`` live here. Nothing heavy is
-imported until a subcommand runs: no torch, no Ray at import time.
+``build``, ``encode``, ``evaluate``, ``analyze`` and ``quantize`` are the jobs in
+``swe.commands`` (their parser and ``main``); ``pipelines/*.py`` wrap the first four for ``ray
+job submit``, so both take the same arguments. ``export``, ``info``, ``reseal`` and ``store`` live
+here. Nothing heavy is imported until a subcommand runs: no torch, no Ray at import time.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ __all__ = ["HelpFormatter", "command_parser", "info", "main"]
 JOBS = {"build": "build a model from a config",
         "encode": "bulk-encode files with a model (Ray Data)",
         "evaluate": "evaluate encoders on STS, retrieval, mining, classification",
-        "analyze": "paper §5 analyses and the quality/speed plot"}
+        "analyze": "paper §5 analyses and the quality/speed plot",
+        "quantize": "cluster a model's rows into K shared vectors: a smaller model (Ray)"}
 LOCAL = {"export": "write a model as a model2vec or sentence-transformers folder",
          "info": "check a model's files and print its dimension, vocabulary, languages, "
                  "provenance and file sizes",
@@ -55,6 +56,7 @@ def info(path: str) -> dict:
     files[CONFIG] = {"bytes": len(storage.read_bytes(storage.join(path, CONFIG)))}
     return {"path": path, "dim": model.dim, "vocab_size": len(model),
             "dtype": folder.get("dtype", str, "float32"),
+            "clusters": folder.get("clusters", int, None),
             "languages": folder.get("languages", list), "lowercase": folder.get("lowercase", bool),
             "oov_tokenizer": folder.get("tokenizer", (str, type(None)), None),
             "provenance": folder.get("provenance", (dict, type(None)), None) or {},
@@ -81,7 +83,8 @@ def _info_main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(facts, indent=2, ensure_ascii=False))
         return 0
-    for key in ("path", "dim", "vocab_size", "dtype", "languages", "lowercase", "oov_tokenizer"):
+    for key in ("path", "dim", "vocab_size", "dtype", "clusters", "languages", "lowercase",
+                "oov_tokenizer"):
         print(f"{key:14} {facts[key]}")
     print(f"{'provenance':14} {json.dumps(facts['provenance'], ensure_ascii=False)}")
     for name, size in sorted(facts["files"].items()):

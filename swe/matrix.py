@@ -1,5 +1,7 @@
 """How a model's word matrix is stored in ``model.safetensors``: float32, float16 or symmetric
-int8 with per-row or global float32 scales, and how each is read back into float32.
+int8 with per-row or global float32 scales, and how each is read back into float32. A
+*clustered* model (``swe quantize``) stores K shared unit vectors in any of those types, plus
+one cluster index and one norm per word: row ``i`` is ``norms[i] * centroids[clusters[i]]``.
 
 Needs numpy only."""
 
@@ -9,8 +11,8 @@ import numpy as np
 
 from swe.modelfiles import ModelFileError, ModelFolder
 
-__all__ = ["DTYPES", "SCALES", "TENSOR", "dequantize_int8", "matrix_tensors", "quantize_int8",
-           "read_matrix"]
+__all__ = ["CLUSTERS", "DTYPES", "NORMS", "SCALES", "TENSOR", "clustered_tensors",
+           "dequantize_int8", "matrix_tensors", "quantize_int8", "read_matrix"]
 
 TENSOR = "embeddings"
 _SCALES = "scales"  # int8 models: float32 [V] (scale "row") or [1] (scale "global")
@@ -19,6 +21,8 @@ DTYPES = ("float32", "float16", "int8")
 #: int8 scale schemes: one scale per row (word) or one for the whole matrix.
 SCALES = ("row", "global")
 _F16_MAX = float(np.finfo(np.float16).max)
+CLUSTERS = "clusters"  # clustered models: uint16 (K <= 65,536) or int32 [V], each row's centroid
+NORMS = "norms"  # clustered models: float16 [V], each row's length
 
 
 def quantize_int8(vectors: np.ndarray, scale: str = "row") -> tuple[np.ndarray, np.ndarray]:
@@ -58,9 +62,44 @@ def matrix_tensors(vectors: np.ndarray, dtype: str, scale: str) -> tuple[dict, d
     return {TENSOR: vectors.astype(dtype)}, {"dtype": dtype}
 
 
+def clustered_tensors(centroids: np.ndarray, clusters: np.ndarray, norms: np.ndarray,
+                      dtype: str, scale: str) -> tuple[dict, dict]:
+    """The safetensors tensors of a clustered matrix (``[K, d]`` centroids saved as ``dtype``)
+    and the config keys naming it."""
+    tensors, scheme = matrix_tensors(centroids, dtype, scale)
+    index = np.uint16 if len(centroids) <= 1 << 16 else np.int32
+    tensors[CLUSTERS] = np.asarray(clusters).astype(index)
+    tensors[NORMS] = np.asarray(norms).astype(np.float16)
+    return tensors, {**scheme, "clusters": len(centroids)}
+
+
 def read_matrix(folder: ModelFolder, tensors: dict, dim: int | None) -> np.ndarray:
-    """The word matrix of a loaded ``model.safetensors``, int8 dequantised to float32, cut to
-    the first ``dim`` columns; a dtype or scale this swe does not know is a one-line error."""
+    """The word matrix of a loaded ``model.safetensors``, int8 dequantised to float32 and a
+    clustered one expanded, cut to the first ``dim`` columns; a dtype or scale this swe does not
+    know is a one-line error."""
+    rows = _read_rows(folder, tensors, dim)
+    k = folder.get("clusters", int, None)
+    return rows if k is None else _expand(folder, tensors, rows, k)
+
+
+def _expand(folder: ModelFolder, tensors: dict, centroids: np.ndarray, k: int) -> np.ndarray:
+    """A clustered model's ``[V, d]`` float32 rows from its checked index and norms."""
+    where = f"{folder.path}/model.safetensors"
+    index, norms = tensors.get(CLUSTERS), tensors.get(NORMS)
+    if (len(centroids) != k or index is None or norms is None or index.ndim != 1
+            or norms.shape != index.shape or index.dtype.kind not in "iu"):
+        raise ModelFileError(f"{where}: a model of {k} clusters needs [{k}, d] centroids and "
+                             f"one {CLUSTERS!r} index and one {NORMS!r} value per word; save "
+                             "the model again")
+    if index.size and (int(index.min()) < 0 or int(index.max()) >= k):
+        raise ModelFileError(f"{where}: a cluster index lies outside 0..{k - 1}; save the "
+                             "model again")
+    out = centroids[index]
+    out *= norms.astype(np.float32)[:, None]
+    return out
+
+
+def _read_rows(folder: ModelFolder, tensors: dict, dim: int | None) -> np.ndarray:
     where = f"{folder.path}/model.safetensors"
     dtype = folder.get("dtype", str, None)
     if dtype is not None and dtype not in DTYPES:

@@ -10,8 +10,9 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from swe.matrix import TENSOR, matrix_tensors, read_matrix
+from swe.matrix import TENSOR, clustered_tensors, matrix_tensors, read_matrix
 from swe.modelfiles import (
+    CLUSTER_FORMAT_VERSION,
     FLOAT_FORMAT_VERSION,
     FORMAT,
     INT8_FORMAT_VERSION,
@@ -23,7 +24,7 @@ from swe.modelfiles import (
 if TYPE_CHECKING:
     from swe.model import StaticModel
 
-__all__ = ["MAX_TOKENIZER_BYTES", "load_parts", "save"]
+__all__ = ["MAX_TOKENIZER_BYTES", "load_parts", "save", "save_clustered"]
 
 MAX_TOKENIZER_BYTES = 256 << 20  # a bigger tokenizer.json is refused (the largest known: ~20 MB)
 
@@ -53,6 +54,29 @@ def save(model: StaticModel, path: str | os.PathLike, dtype: str, scale: str) ->
     if model.tokenizer is not None:
         files["tokenizer.json"] = model.tokenizer.to_str().encode("utf-8")
     write_folder(os.fspath(path), files, config)
+
+
+def save_clustered(source: str, path: str, centroids: Any, clusters: Any, norms: Any,
+                   dtype: str, scale: str, facts: dict) -> int:
+    """Write the clustered form of the model at ``source`` to ``path``: its words, tokenizer
+    and settings, the ``[K, d]`` centroids (saved as ``dtype``), each word's cluster and norm,
+    and ``facts`` under ``provenance.quantization``; the folder's size in bytes."""
+    folder = ModelFolder(source)
+    dropped = ("files", "config_sha256", "scale")  # written again for the new folder
+    config = {k: v for k, v in folder.config.items() if k not in dropped}
+    files = {"vocab.txt": folder.read("vocab.txt", "vocab.txt")}
+    if config.get("tokenizer"):
+        files[config["tokenizer"]] = folder.read(config["tokenizer"], "tokenizer",
+                                                 MAX_TOKENIZER_BYTES)
+    if len(clusters) != config.get("vocab_size"):
+        raise ModelFileError(f"{source}: {len(clusters)} cluster indices for "
+                             f"{config.get('vocab_size')} words")
+    tensors, scheme = clustered_tensors(centroids, clusters, norms, dtype, scale)
+    files["model.safetensors"] = st_save(tensors)
+    provenance = {**(config.get("provenance") or {}), "quantization": facts}
+    write_folder(os.fspath(path), files, {**config, **scheme, "provenance": provenance,
+                                          "format_version": CLUSTER_FORMAT_VERSION})
+    return sum(len(b) for b in files.values())
 
 
 def load_parts(path: str | os.PathLike, dim: int | None) -> tuple[str, dict[str, Any]]:

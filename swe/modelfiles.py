@@ -31,17 +31,19 @@ from typing import Any
 
 from swe import storage
 
-__all__ = ["CONFIG", "FLOAT_FORMAT_VERSION", "FORMAT", "FORMAT_VERSION", "INT8_FORMAT_VERSION",
-           "MAX_FILE_BYTES", "ModelFileError", "ModelFolder", "confined", "invalidate", "reseal",
-           "sealed", "write_folder"]
+__all__ = ["CLUSTER_FORMAT_VERSION", "CONFIG", "FLOAT_FORMAT_VERSION", "FORMAT", "FORMAT_VERSION",
+           "INT8_FORMAT_VERSION", "MAX_FILE_BYTES", "ModelFileError", "ModelFolder", "confined",
+           "invalidate", "reseal", "sealed", "write_folder"]
 
 FORMAT = "swe-static"
-# 3: the matrix may be int8 with scales (only int8 models are written as 3, so an older swe
-# refuses them with "upgrade swe"); 2: config.json records each file's size and SHA-256;
-# 1: no checksums. FORMAT_VERSION is the newest this swe reads.
-FORMAT_VERSION = 3
+# 4: the matrix may be clustered (K centroids, an index and a norm per word; only clustered
+# models are written as 4); 3: the matrix may be int8 with scales (only int8 models are written
+# as 3, so an older swe refuses them with "upgrade swe"); 2: config.json records each file's
+# size and SHA-256; 1: no checksums. FORMAT_VERSION is the newest this swe reads.
+FORMAT_VERSION = 4
 FLOAT_FORMAT_VERSION = 2  # written for float32 and float16 models
 INT8_FORMAT_VERSION = 3  # written for int8 models
+CLUSTER_FORMAT_VERSION = 4  # written for clustered models
 CONFIG = "config.json"
 MAX_CONFIG_BYTES = 16 << 20
 # The largest file a model folder may hold; a bigger one (or /dev/zero) is refused before reading.

@@ -1,0 +1,277 @@
+"""Vocabulary quantisation (``swe quantize``): a model's rows clustered into K shared unit
+vectors by spherical k-means in Ray tasks; each word keeps its cluster index and its norm.
+
+The driver plans and holds only the K × d centroids: every task reads its block of rows straight
+from the source's ``model.safetensors`` (a byte range, local or ``s3://``), assigns them, and
+returns per-cluster sums; the last pass writes each block's indices and norms, and one task
+writes the new folder (format: :mod:`swe.matrix`). A seed fixes the result: the initial
+centroids are seeded rows, blocks are summed in order in float64, and ties go to the lowest
+cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import struct
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from swe import storage
+from swe.matrix import DTYPES, SCALES, TENSOR
+from swe.modelfiles import ModelFileError, ModelFolder
+
+__all__ = ["ClusterReport", "quantize_model"]
+
+log = logging.getLogger("swe.quantize")
+_KINDS = {"F32": np.float32, "F16": np.float16, "I8": np.int8}
+_BLOCK_ROWS = 65_536  # rows per task
+_SCORES = 1 << 24  # similarity entries a task holds at once (64 MiB of float32)
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    """What ``swe quantize`` did."""
+
+    output: str
+    words: int
+    dim: int
+    clusters: int
+    dtype: str
+    iterations: int
+    mean_cosine: float  # mean cosine of a row to its centroid, after the last pass
+    empty_clusters: int
+    source_bytes: int
+    output_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a source model's rows lie in its ``model.safetensors``."""
+
+    url: str  # the safetensors file
+    kind: str  # F32, F16 or I8
+    words: int
+    dim: int
+    data_start: int  # byte offset of row 0
+    scales_start: int | None  # int8: byte offset of the float32 scales
+    global_scale: bool
+
+
+def _source(model: str) -> _Source:
+    """The source's layout from its checked ``config.json`` and the safetensors header."""
+    folder = ModelFolder(model)
+    if folder.get("clusters", int, None) is not None:
+        raise ValueError(f"{model} is already clustered; quantize the model it was made from")
+    url = storage.join(model, "model.safetensors")
+    fs, path = storage.filesystem(url)
+    with fs.open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if not 2 <= n <= 1 << 24:
+            raise ModelFileError(f"{url} is not a safetensors file; save the model again")
+        header = json.loads(f.read(n))
+    t = header.get(TENSOR)
+    if not t or t.get("dtype") not in _KINDS or len(t.get("shape", [])) != 2:
+        raise ModelFileError(f"{url}: no [V, d] {TENSOR!r} matrix of F32, F16 or I8")
+    words, dim = t["shape"]
+    scales = header.get("scales")
+    return _Source(url, t["dtype"], words, dim, 8 + n + t["data_offsets"][0],
+                   8 + n + scales["data_offsets"][0] if scales else None,
+                   bool(scales) and scales["shape"] == [1])
+
+
+def _rows(src: _Source, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of the source as float32, read as one byte range."""
+    kind = np.dtype(_KINDS[src.kind])
+    fs, path = storage.filesystem(src.url)
+    with fs.open(path, "rb") as f:
+        f.seek(src.data_start + start * src.dim * kind.itemsize)
+        raw = f.read((stop - start) * src.dim * kind.itemsize)
+        rows = np.frombuffer(raw, kind).reshape(stop - start, src.dim).astype(np.float32)
+        if src.scales_start is not None:
+            first, count = (0, 1) if src.global_scale else (start, stop - start)
+            f.seek(src.scales_start + first * 4)
+            rows *= np.frombuffer(f.read(count * 4), np.float32).reshape(-1, 1)
+    return rows
+
+
+def _unit(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    norms = np.linalg.norm(rows, axis=1)
+    return rows / np.where(norms > 0, norms, 1)[:, None], norms
+
+
+def _assign(units: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each unit row's nearest centroid (highest cosine, lowest index on ties) and that cosine,
+    in slices so a task never holds more than ``_SCORES`` similarities."""
+    step = max(1, _SCORES // len(centroids))
+    best = np.empty(len(units), np.int64)
+    cos = np.empty(len(units), np.float32)
+    for a in range(0, len(units), step):
+        sims = units[a:a + step] @ centroids.T
+        best[a:a + step] = sims.argmax(axis=1)
+        cos[a:a + step] = sims[np.arange(len(sims)), best[a:a + step]]
+    return best, cos
+
+
+def _verify_task(model: str) -> int:
+    """Read the source's matrix file once, in a task, against its recorded checksum."""
+    folder = ModelFolder(model)
+    entry = (folder.files or {}).get("model.safetensors") or {}
+    fs, path = storage.filesystem(storage.join(model, "model.safetensors"))
+    digest, size = hashlib.sha256(), 0
+    with fs.open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+            size += len(chunk)
+    if entry.get("sha256") != digest.hexdigest() or entry.get("bytes") != size:
+        raise ModelFileError(f"{model}/model.safetensors does not match the checksum in its "
+                             "config.json; save the model again")
+    return size
+
+
+def _seed_task(src: _Source, start: int, stop: int, picks: np.ndarray) -> np.ndarray:
+    """The unit rows of the block's picked rows (the initial centroids)."""
+    return _unit(_rows(src, start, stop)[picks - start])[0]
+
+
+def _sums_task(src: _Source, start: int, stop: int, centroids: np.ndarray) -> tuple:
+    """One block's per-cluster sums of unit rows (float64), counts and summed cosine."""
+    units, _ = _unit(_rows(src, start, stop))
+    best, cos = _assign(units, centroids)
+    order = np.argsort(best, kind="stable")
+    keys, first = np.unique(best[order], return_index=True)
+    sums = np.zeros(centroids.shape, np.float64)
+    sums[keys] = np.add.reduceat(units[order].astype(np.float64), first, axis=0)
+    return sums, np.bincount(best, minlength=len(centroids)), float(cos.sum(dtype=np.float64))
+
+
+def _final_task(src: _Source, start: int, stop: int, centroids: np.ndarray, work: str) -> float:
+    """One block's cluster indices and norms, written to ``work``; its summed cosine."""
+    units, norms = _unit(_rows(src, start, stop))
+    best, cos = _assign(units, centroids)
+    storage.save_npz(storage.join(work, f"block-{start:012d}.npz"),
+                     clusters=best.astype(np.int32), norms=norms.astype(np.float32))
+    return float(cos.sum(dtype=np.float64))
+
+
+def _write_task(model: str, out: str, work: str, starts: list[int], centroids: np.ndarray,
+                dtype: str, scale: str, facts: dict) -> int:
+    """Gather the blocks' indices and norms and write the clustered model folder to ``out``."""
+    from swe.model_io import save_clustered
+
+    parts = [storage.load_npz(storage.join(work, f"block-{s:012d}.npz")) for s in starts]
+    clusters = np.concatenate([p["clusters"] for p in parts])
+    norms = np.concatenate([p["norms"] for p in parts])
+    return save_clustered(model, out, centroids.astype(np.float32), clusters, norms, dtype,
+                          scale, facts)
+
+
+def _check(clusters: int, dtype: str, scale: str, iterations: int) -> None:
+    if isinstance(clusters, bool) or not isinstance(clusters, int) or clusters < 2:
+        raise ValueError(f"--clusters must be an integer of at least 2, got {clusters!r}")
+    if dtype not in DTYPES or scale not in SCALES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} and --scale one of "
+                         f"{', '.join(SCALES)}; got {dtype!r}, {scale!r}")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise ValueError(f"--iterations must be a positive integer, got {iterations!r}")
+
+
+def _check_output(model: str, out: str) -> str:
+    """The output as a job may use it: not the input, not inside or around it, and empty."""
+    out = storage.output_url(out)
+    if storage.overlaps(model, out):
+        raise ValueError(f"--output {out} overlaps the input model {model}; name a new folder")
+    fs, path = storage.filesystem(out)
+    if fs.exists(path) and (not fs.isdir(path) or fs.ls(path)):
+        raise FileExistsError(f"--output {out} exists and is not empty; name a new folder (a "
+                              "quantized model is never written over another folder)")
+    return out
+
+
+def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16",
+                   scale: str = "row", seed: int = 0, iterations: int = 20,
+                   tolerance: float = 1e-4) -> ClusterReport:
+    """Cluster the rows of the model at ``model`` into ``clusters`` centroids (spherical
+    k-means, at most ``iterations`` passes, stopping once the mean cosine gains less than
+    ``tolerance``) and write the clustered model to ``out`` (centroids saved as ``dtype``)."""
+    import ray
+
+    from swe.raysetup import init_ray
+
+    _check(clusters, dtype, scale, iterations)
+    model = storage.absolute(model)
+    src = _source(model)
+    out = _check_output(model, out)
+    if clusters > src.words:
+        raise ValueError(f"--clusters {clusters} exceeds the model's {src.words} words")
+    t0 = time.perf_counter()
+    init_ray()
+    blocks = [(a, min(a + _BLOCK_ROWS, src.words)) for a in range(0, src.words, _BLOCK_ROWS)]
+    task = ray.remote(num_cpus=1)
+    source_bytes = ray.get(task(_verify_task).remote(model))
+    centroids = _initial(task(_seed_task), src, blocks, clusters, seed)
+    sums_task, passes, mean_cos, empty = task(_sums_task), 0, -1.0, 0
+    for passes in range(1, iterations + 1):
+        ref = ray.put(centroids)
+        totals = np.zeros(centroids.shape, np.float64)
+        counts = np.zeros(clusters, np.int64)
+        cos = 0.0
+        for s, c, total in ray.get([sums_task.remote(src, a, b, ref) for a, b in blocks]):
+            totals += s
+            counts += c
+            cos += total
+        gain, mean_cos = cos / src.words - mean_cos, cos / src.words
+        empty = int((counts == 0).sum())
+        norms = np.linalg.norm(totals, axis=1, keepdims=True)
+        centroids = np.where(norms > 0, totals / np.where(norms > 0, norms, 1),
+                             centroids).astype(np.float32)
+        log.info("quantize: pass %d, mean cosine %.4f, %d empty clusters", passes, mean_cos,
+                 empty)
+        if gain < tolerance:
+            break
+    return _finish(model, out, src, blocks, centroids, dtype, scale, task, {
+        "clusters": clusters, "seed": seed, "passes": passes, "empty_clusters": empty,
+        "source_bytes": source_bytes, "t0": t0})
+
+
+def _initial(seed_task: Any, src: _Source, blocks: list, clusters: int, seed: int) -> np.ndarray:
+    """``clusters`` distinct rows drawn with ``seed``, as unit vectors (fetched by tasks)."""
+    picks = np.sort(np.random.default_rng(seed).choice(src.words, clusters, replace=False))
+    refs = [seed_task.remote(src, a, b, picks[(picks >= a) & (picks < b)]) for a, b in blocks]
+    import ray
+
+    return np.concatenate(ray.get(refs)).astype(np.float32)
+
+
+def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndarray,
+            dtype: str, scale: str, task: Any, facts: dict) -> ClusterReport:
+    """The last pass (indices and norms written by the tasks) and the folder, written by one
+    task; the scratch folder is removed either way."""
+    import ray
+
+    work = f"{out}.quantize-{uuid.uuid4().hex[:8]}"  # scratch beside the output
+    try:
+        ref = ray.put(centroids)
+        cos = sum(ray.get([task(_final_task).remote(src, a, b, ref, work) for a, b in blocks]))
+        recorded = {"method": "spherical k-means", "source": model, "clusters": facts[
+            "clusters"], "seed": facts["seed"], "passes": facts["passes"],
+            "mean_cosine": round(cos / src.words, 6)}
+        written = ray.get(task(_write_task).remote(model, out, work, [a for a, _ in blocks],
+                                                   centroids, dtype, scale, recorded))
+    finally:
+        storage.remove_tree(work)
+    return ClusterReport(out, src.words, src.dim, facts["clusters"], dtype, facts["passes"],
+                         round(cos / src.words, 6), facts["empty_clusters"],
+                         facts["source_bytes"], written,
+                         round(time.perf_counter() - facts["t0"], 1))
+
+
+def report_dict(report: ClusterReport) -> dict:
+    """The report as a plain dict (the command prints it as JSON)."""
+    return asdict(report)
