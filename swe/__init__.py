@@ -4,8 +4,9 @@
 only; the build and bulk pipelines (Ray, torch) live in submodules imported on demand.
 """
 
+from swe.classifier import StaticClassifier
 from swe.ensemble import EnsembleModel
 from swe.model import StaticModel
 from swe.version import __version__
 
-__all__ = ["EnsembleModel", "StaticModel", "__version__"]
+__all__ = ["EnsembleModel", "StaticClassifier", "StaticModel", "__version__"]

@@ -1,6 +1,6 @@
-"""The ``swe`` command: ``swe build|encode|evaluate|analyze|quantize|export|info|reseal|store``.
+"""The ``swe`` command: ``swe build|encode|evaluate|analyze|quantize|finetune|export|info|…``.
 
-``build``, ``encode``, ``evaluate``, ``analyze`` and ``quantize`` are the jobs in
+``build``, ``encode``, ``evaluate``, ``analyze``, ``quantize`` and ``finetune`` are the jobs in
 ``swe.commands`` (their parser and ``main``); ``pipelines/*.py`` wrap the first four for ``ray
 job submit``, so both take the same arguments. ``export``, ``info``, ``reseal`` and ``store`` live
 here. Nothing heavy is imported until a subcommand runs: no torch, no Ray at import time.
@@ -21,7 +21,8 @@ JOBS = {"build": "build a model from a config",
         "encode": "bulk-encode files with a model (Ray Data)",
         "evaluate": "evaluate encoders on STS, retrieval, mining, classification",
         "analyze": "paper §5 analyses and the quality/speed plot",
-        "quantize": "cluster a model's rows into K shared vectors: a smaller model (Ray)"}
+        "quantize": "cluster a model's rows into K shared vectors: a smaller model (Ray)",
+        "finetune": "train a classifier head with the static table on labelled data (Ray Train)"}
 LOCAL = {"export": "write a model as a model2vec or sentence-transformers folder",
          "info": "check a model's files and print its dimension, vocabulary, languages, "
                  "provenance and file sizes",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +19,7 @@ from swe import storage
 from swe.bulk.options import EncodeOptions
 from swe.matrix import DTYPES
 
-__all__ = ["DTYPES", "Encoder", "quantize"]
+__all__ = ["DTYPES", "Encoder", "predictions", "quantize"]
 
 
 def quantize(vectors: np.ndarray, dtype: str, dim: int | None) -> tuple[np.ndarray, float]:
@@ -39,6 +40,18 @@ def _rows(vectors: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
 
 
+def predictions(classifier: Any, texts: list) -> dict[str, pa.Array]:
+    """Each text's label (multi-label: its labels at >= 0.5) and its score per label."""
+    scores = classifier.predict_proba(texts)
+    labels = classifier.labels
+    if classifier.multi_label:
+        label = pa.array([[labels[j] for j in np.flatnonzero(r >= 0.5)] for r in scores],
+                         pa.list_(pa.string()))
+    else:
+        label = pa.array([labels[j] for j in scores.argmax(axis=1)], pa.string())
+    return {"label": label, "scores": _rows(scores.astype(np.float32))}
+
+
 def _node_id() -> str:
     """The Ray node this actor runs on (recorded in each receipt), or "" outside Ray."""
     import ray
@@ -50,9 +63,11 @@ class Encoder:
     """Ray Data actor: loads the model once; ``__call__`` takes one chunk row (batch_size=1)."""
 
     def __init__(self, model: str, run_dir: str, opts: EncodeOptions) -> None:
+        from swe.classifier import StaticClassifier
         from swe.model import StaticModel
 
-        self.model = StaticModel.load(model)
+        self.classifier = StaticClassifier.load(model) if opts.predict else None
+        self.model = self.classifier.model if self.classifier else StaticModel.load(model)
         self.run_dir = run_dir
         self.opts = opts
         self.node = _node_id()
@@ -78,6 +93,8 @@ class Encoder:
         cols["embedding"] = _rows(vectors)
         if self.opts.tokens:
             cols.update(self._tokens(texts))
+        if self.classifier:
+            cols.update(predictions(self.classifier, texts))
         return pa.table(cols)
 
     def _tokens(self, texts: list) -> dict[str, pa.Array]:

@@ -80,6 +80,7 @@ def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: in
         raise ValueError("--tokens writes float32 or float16 word vectors; use --dtype float16 "
                          "(or float32) with --tokens")
     ours = ["embedding", *(["tokens", "token_vectors"] if opts.tokens else []),
+            *(["label", "scores"] if opts.predict else []),
             *([] if opts.id_column else ["file", "row"])]
     taken = [c for c in (*opts.keep_columns, opts.id_column) if c in ours]
     if taken:
@@ -172,7 +173,7 @@ def _encode(model: str, output: str, run: str, opts: EncodeOptions, tasks: list[
     return new
 
 
-def _schema(output: str, parts: list[dict], opts: EncodeOptions, dim: int) -> str:
+def _schema(output: str, parts: list[dict], opts: EncodeOptions, dim: int, model: str) -> str:
     """The output's Arrow schema (from the first part's footer), base64 IPC."""
     if parts:
         fs, path = storage.filesystem(storage.join(output, parts[0]["path"]))
@@ -186,6 +187,12 @@ def _schema(output: str, parts: list[dict], opts: EncodeOptions, dim: int) -> st
         fields.append(("embedding", vector))
         if opts.tokens:
             fields += [("tokens", pa.list_(pa.string())), ("token_vectors", pa.list_(vector))]
+        if opts.predict:
+            from swe.bulk.encoder import predictions
+            from swe.classifier import StaticClassifier
+
+            empty = pa.table(predictions(StaticClassifier.load(model), []))
+            fields += list(zip(empty.column_names, empty.schema.types, strict=True))
         schema = pa.schema(fields)
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
@@ -214,6 +221,10 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     files = expand_inputs(inputs)
     _validate(opts, files, actors, max_actors, cpus_per_actor)
     dim = StaticModel.load(model).dim  # fail fast on a bad model path
+    if opts.predict:
+        from swe.classifier import StaticClassifier
+
+        StaticClassifier.load(model)  # --predict needs a classifier: one line if it is not
     if opts.dim is not None and opts.dim > dim:
         raise ValueError(f"--dim {opts.dim} exceeds the {dim} dimensions of the model at "
                          f"{model}; use --dim {dim} or less")
@@ -275,7 +286,7 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
                 "rows": total, "files": [{"path": f, "rows": n}
                                          for f, n in zip(files, counts, strict=True)],
                 "parts": parts, "scale": 1 / 127 if opts.dtype == "int8" else 1.0,
-                "schema": _schema(output, parts, opts, dim), "summary": asdict(summary)}
+                "schema": _schema(output, parts, opts, dim, model), "summary": asdict(summary)}
     lease.check()  # taken over while encoding: the other run owns the output now
     layout.publish(output, run, manifest, overwrite)
     _print_summary(summary, next((r["first_non_text"] for r in order

@@ -12,7 +12,8 @@ from swe.matrix import DTYPES
 
 __all__ = ["DTYPES", "EncodeOptions", "add_arguments"]
 
-_ADDED = {"tokens": False}  # fields added after runs were named, with their neutral value
+# Fields added after runs were named, with their neutral value (left out of the name).
+_ADDED = {"tokens": False, "predict": False}
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class EncodeOptions:
     tokens: bool = field(default=False, metadata={
         "action": "store_true", "help": "also write each row's word units and their vectors "
         "(columns tokens and token_vectors: what the embedding averages; float32 or float16)"})
+    predict: bool = field(default=False, metadata={
+        "action": "store_true", "help": "the model is a classifier (swe finetune): also write "
+        "each row's label (labels, for multi-label) and its scores, one per label"})
 
     def hashed(self) -> dict:
         """The fields that name a run: every field, less those added later while they keep

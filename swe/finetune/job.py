@@ -1,0 +1,156 @@
+"""The driver of ``swe finetune``: check everything before any work, run one Ray Train worker
+(:mod:`swe.finetune.train`), which writes the classifier folder; a rerun of a killed job resumes
+from its last checkpoint under ``<output>/work``.
+
+The driver reads no data: a task checks the labelled file(s) and returns the label set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from swe import storage
+from swe.finetune.train import FinetuneJob, train_loop
+
+__all__ = ["FinetuneReport", "finetune"]
+
+HEADS = ("linear", "mlp")
+
+
+@dataclass(frozen=True)
+class FinetuneReport:
+    """What ``swe finetune`` did."""
+
+    output: str
+    labels: list[str]
+    multi_label: bool
+    steps: int
+    best_step: int
+    best_dev_loss: float
+    best_dev_acc: float
+    resumed_at: list[int]
+    seconds: float
+
+
+def _check(job: FinetuneJob) -> None:
+    """Every option in range, before any work."""
+    if job.head not in HEADS:
+        raise ValueError(f"--head must be one of {', '.join(HEADS)}, got {job.head!r}")
+    for name in ("hidden", "epochs", "batch_size", "patience"):
+        value = getattr(job, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got "
+                             f"{value!r}")
+    if job.eval_every < 0:
+        raise ValueError(f"--eval-every must be >= 0 (0: once per epoch), got {job.eval_every}")
+    for name, low in (("lr", 0.0), ("table_lr", -1.0)):
+        value = getattr(job, name)
+        if not math.isfinite(value) or value <= low or (name == "table_lr" and value < 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number "
+                             f"{'> 0' if name == 'lr' else '>= 0 (0: the table stays frozen)'}, "
+                             f"got {value}")
+    if job.dev is None and not 0 < job.dev_share < 1:
+        raise ValueError(f"--dev-share must lie strictly between 0 and 1, got {job.dev_share}")
+
+
+def _check_output(job: FinetuneJob) -> None:
+    """The output is new, or holds only a killed run's ``work/`` (which the rerun resumes)."""
+    for given in (job.model, job.data, *([job.dev] if job.dev else [])):
+        if storage.overlaps(given, job.output):
+            raise ValueError(f"--output {job.output} overlaps the input {given}; name a new "
+                             "folder")
+    fs, path = storage.filesystem(job.output)
+    if fs.exists(path):
+        names = {n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(path)}
+        if not fs.isdir(path) or names - {"work"}:
+            raise FileExistsError(f"--output {job.output} exists and holds more than a killed "
+                                  "run's work/ folder; name a new folder")
+
+
+def _inspect(path: str, text_column: str, label_column: str) -> dict:
+    """In a task: the file's rows, labels and kind (every check of ``read_labelled``)."""
+    from swe.finetune.data import read_labelled
+
+    data = read_labelled(path, text_column, label_column)
+    return {"rows": len(data.texts), "classes": data.classes, "multi_label": data.multi_label}
+
+
+def _run_name(job: FinetuneJob) -> str:
+    spec = {"job": asdict(job), "inputs": [storage.fingerprint(p) for p in
+                                           (job.data, job.dev) if p],
+            "model": storage.fingerprint(job.model)}
+    return "finetune-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()
+                                        ).hexdigest()[:12]
+
+
+def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
+             **options: Any) -> FinetuneReport:
+    """Fine-tune the model at ``model`` with a head on the labelled ``data`` and write the
+    classifier to ``output`` (options: :class:`FinetuneJob`'s fields)."""
+    import time
+
+    import ray
+
+    from swe.raysetup import init_ray
+
+    unknown = set(options) - {f.name for f in fields(FinetuneJob)}
+    if unknown:
+        raise TypeError(f"unknown finetune options: {', '.join(sorted(unknown))}")
+    dev = options.pop("dev", None)
+    job = FinetuneJob(model=storage.absolute(model), data=storage.absolute(data),
+                      dev=storage.absolute(dev) if dev else None,
+                      output=storage.output_url(output), **options)
+    _check(job)
+    _check_output(job)
+    from swe.model import StaticModel
+
+    StaticModel.load(job.model)  # a bad model is one line before any work
+    t0 = time.perf_counter()
+    init_ray()
+    inspect = ray.remote(num_cpus=0.5)(_inspect)
+    facts = ray.get([inspect.remote(p, job.text_column, job.label_column)
+                     for p in (job.data, job.dev) if p])
+    if job.dev and facts[0]["multi_label"] != facts[1]["multi_label"]:
+        raise ValueError(f"{job.data} and {job.dev}: one is multi-label and the other is not")
+    state = _train(job, max_failures)
+    storage.remove_tree(storage.join(job.output, "work"))
+    best = min(state["history"], key=lambda h: h["dev_loss"])
+    return FinetuneReport(job.output, state["labels"], state["multi_label"], state["step"],
+                          best["step"], round(best["dev_loss"], 5), round(best["dev_acc"], 2),
+                          state["resumed_at"], round(time.perf_counter() - t0, 1))
+
+
+def _train(job: FinetuneJob, max_failures: int) -> dict:
+    """Run (or resume) the Ray Train job; the state the worker recorded in ``classifier.json``."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from swe.modelfiles import ModelFolder
+
+    runs = storage.join(job.output, "work", "runs")
+    name = _run_name(job)
+    for old in storage.child_names(runs) if _exists(runs) else []:
+        if old != name:
+            storage.remove_tree(storage.join(runs, old))  # another config's killed run
+    fs, path = storage.pyarrow_filesystem(runs)
+    TorchTrainer(
+        train_loop, train_loop_config={"job": job},
+        scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(name=name, storage_path=path, storage_filesystem=fs,
+                             failure_config=FailureConfig(max_failures=max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=1)),
+    ).fit()
+    from swe.classifier import CLASSIFIER, CLASSIFIER_FORMAT
+
+    folder = ModelFolder(job.output, fmt=CLASSIFIER_FORMAT, version=1, config_name=CLASSIFIER)
+    return {**folder.get("training", dict), "labels": folder.get("labels", list),
+            "multi_label": folder.get("multi_label", bool)}
+
+
+def _exists(url: str) -> bool:
+    fs, path = storage.filesystem(url)
+    return fs.exists(path)
