@@ -237,10 +237,12 @@ def test_a_second_encode_into_a_held_output_stops_naming_the_holder(tmp_path, se
     assert summary.rows == 200 and summary.dim == 8 and not (out / LEASE_FILE).exists()
 
 
-def test_a_run_keeps_its_name_while_tokens_is_off():
-    """Runs were named before ``tokens`` existed: off, it is not hashed (a rerun resumes)."""
+def test_a_run_keeps_its_name_while_tokens_and_predict_are_off():
+    """Runs were named before ``tokens`` and ``predict`` existed: off, they are not hashed (a
+    rerun of an earlier command resumes its run)."""
     from dataclasses import asdict
 
-    before = {k: v for k, v in asdict(EncodeOptions()).items() if k != "tokens"}
+    before = {k: v for k, v in asdict(EncodeOptions()).items() if k not in ("tokens", "predict")}
     assert EncodeOptions().hashed() == before
     assert EncodeOptions(tokens=True).hashed() == {**before, "tokens": True}
+    assert EncodeOptions(predict=True).hashed() == {**before, "predict": True}
