@@ -55,7 +55,7 @@ def sst2(files, tmp_path_factory):
     return report, out
 
 
-def test_the_numpy_head_agrees_with_training_and_beats_a_frozen_table(files, sst2):
+def test_the_numpy_head_agrees_with_training_and_the_table_moved(files, sst2):
     report, out = sst2
     clf = StaticClassifier.load(out)
     assert clf.labels == ["0", "1"] and not clf.multi_label and report.resumed_at == []
@@ -71,11 +71,7 @@ def test_the_numpy_head_agrees_with_training_and_beats_a_frozen_table(files, sst
     moved = np.flatnonzero(np.abs(after.vectors - before.vectors).max(axis=1) > 0)
     assert 0 < len(moved) < len(before)
     assert not (out / "work").exists()
-    frozen = finetune(str(files / "glove"), str(files / "sst2-train.parquet"),
-                      str(out.parent / "frozen"), dev=str(files / "sst2-dev.parquet"),
-                      text_column="sentence", label_column="y", table_lr=0.0, **OPTIONS)
-    assert np.array_equal(StaticModel.load(out.parent / "frozen").vectors, before.vectors)
-    assert report.best_dev_acc > frozen.best_dev_acc, (report, frozen)
+    # (Accuracy against a frozen table and a logistic regression: benchmarks/bench_finetune.py.)
 
 
 def test_a_killed_train_worker_resumes_to_the_same_bytes(files, sst2, tmp_path):
