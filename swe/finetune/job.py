@@ -106,9 +106,9 @@ def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
                       output=storage.output_url(output), **options)
     _check(job)
     _check_output(job)
-    from swe.model import StaticModel
+    from swe.modelfiles import ModelFolder
 
-    StaticModel.load(job.model)  # a bad model is one line before any work
+    ModelFolder(job.model)  # a missing or damaged model is one line before any work
     t0 = time.perf_counter()
     init_ray()
     inspect = ray.remote(num_cpus=0.5)(_inspect)
