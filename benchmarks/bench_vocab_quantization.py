@@ -46,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
                    choices=["stsb", "sst2", "trec"])
     p.add_argument("--dev-pairs", help="a build's work/train_data/dev: also pair retrieval")
     p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--exact", type=int, default=0,
+                   help="swe quantize --exact: the first N rows keep their own direction")
     p.add_argument("--work", help="keep the folders here (default: a temporary folder)")
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--plot", type=Path, help="write the size / quality plot here (PNG)")
@@ -151,13 +153,13 @@ def run(args: argparse.Namespace, work: Path) -> list[dict]:
         first = work / f"k{k}-{args.dtypes[0]}"
         t0 = time.perf_counter()
         rep = quantize_model(args.model, str(first), k, dtype=args.dtypes[0],
-                             iterations=args.iterations)
+                             iterations=args.iterations, exact=min(args.exact, k - 1))
         secs = round(time.perf_counter() - t0, 1)
         for dtype in args.dtypes:
             out = work / f"k{k}-{dtype}"
             if out != first:
                 resave(first, out, dtype)
-            rows.append({"kind": "clustered", "clusters": k, "dtype": dtype,
+            rows.append({"kind": "clustered", "clusters": k, "dtype": dtype, "exact": args.exact,
                          "quantize_s": secs, "passes": rep.iterations,
                          "mean_cosine": rep.mean_cosine,
                          **score(out, args.signals, args.dev_pairs)})

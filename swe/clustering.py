@@ -106,9 +106,11 @@ def _unit(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows / np.where(norms > 0, norms, 1)[:, None], norms
 
 
-def _assign(units: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _assign(units: np.ndarray, centroids: np.ndarray, start: int, exact: int
+            ) -> tuple[np.ndarray, np.ndarray]:
     """Each unit row's nearest centroid (highest cosine, lowest index on ties) and that cosine,
-    in slices so a task never holds more than ``_SCORES`` similarities."""
+    in slices so a task never holds more than ``_SCORES`` similarities; rows ``start + i`` below
+    ``exact`` keep their own centroid (``i``-th)."""
     step = max(1, _SCORES // len(centroids))
     best = np.empty(len(units), np.int64)
     cos = np.empty(len(units), np.float32)
@@ -116,6 +118,10 @@ def _assign(units: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.nd
         sims = units[a:a + step] @ centroids.T
         best[a:a + step] = sims.argmax(axis=1)
         cos[a:a + step] = sims[np.arange(len(sims)), best[a:a + step]]
+    own = np.arange(start, min(exact, start + len(units)))
+    if len(own):
+        best[own - start] = own
+        cos[own - start] = (units[own - start] * centroids[own]).sum(axis=1)
     return best, cos
 
 
@@ -140,10 +146,10 @@ def _seed_task(src: _Source, start: int, stop: int, picks: np.ndarray) -> np.nda
     return _unit(_rows(src, start, stop)[picks - start])[0]
 
 
-def _sums_task(src: _Source, start: int, stop: int, centroids: np.ndarray) -> tuple:
+def _sums_task(src: _Source, start: int, stop: int, centroids: np.ndarray, exact: int) -> tuple:
     """One block's per-cluster sums of unit rows (float64), counts and summed cosine."""
     units, _ = _unit(_rows(src, start, stop))
-    best, cos = _assign(units, centroids)
+    best, cos = _assign(units, centroids, start, exact)
     order = np.argsort(best, kind="stable")
     keys, first = np.unique(best[order], return_index=True)
     sums = np.zeros(centroids.shape, np.float64)
@@ -151,10 +157,11 @@ def _sums_task(src: _Source, start: int, stop: int, centroids: np.ndarray) -> tu
     return sums, np.bincount(best, minlength=len(centroids)), float(cos.sum(dtype=np.float64))
 
 
-def _final_task(src: _Source, start: int, stop: int, centroids: np.ndarray, work: str) -> float:
+def _final_task(src: _Source, start: int, stop: int, centroids: np.ndarray, work: str,
+                exact: int) -> float:
     """One block's cluster indices and norms, written to ``work``; its summed cosine."""
     units, norms = _unit(_rows(src, start, stop))
-    best, cos = _assign(units, centroids)
+    best, cos = _assign(units, centroids, start, exact)
     storage.save_npz(storage.join(work, f"block-{start:012d}.npz"),
                      clusters=best.astype(np.int32), norms=norms.astype(np.float32))
     return float(cos.sum(dtype=np.float64))
@@ -196,10 +203,12 @@ def _check_output(model: str, out: str) -> str:
 
 def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16",
                    scale: str = "row", seed: int = 0, iterations: int = 20,
-                   tolerance: float = 1e-4) -> ClusterReport:
+                   tolerance: float = 1e-4, exact: int = 0) -> ClusterReport:
     """Cluster the rows of the model at ``model`` into ``clusters`` centroids (spherical
     k-means, at most ``iterations`` passes, stopping once the mean cosine gains less than
-    ``tolerance``) and write the clustered model to ``out`` (centroids saved as ``dtype``)."""
+    ``tolerance``) and write the clustered model to ``out`` (centroids saved as ``dtype``).
+    The first ``exact`` rows (in swe's vocabularies: the most frequent words) keep their own
+    direction as ``exact`` of the centroids."""
     import ray
 
     from swe.raysetup import init_ray
@@ -210,39 +219,49 @@ def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16
     out = _check_output(model, out)
     if clusters > src.words:
         raise ValueError(f"--clusters {clusters} exceeds the model's {src.words} words")
+    if isinstance(exact, bool) or not isinstance(exact, int) or not 0 <= exact < clusters:
+        raise ValueError(f"--exact must be an integer from 0 to --clusters - 1 ({clusters - 1}),"
+                         f" got {exact!r}")
     t0 = time.perf_counter()
     init_ray()
     blocks = [(a, min(a + _BLOCK_ROWS, src.words)) for a in range(0, src.words, _BLOCK_ROWS)]
     task = ray.remote(num_cpus=1)
     source_bytes = ray.get(task(_verify_task).remote(model))
-    centroids = _initial(task(_seed_task), src, blocks, clusters, seed)
+    centroids = _initial(task(_seed_task), src, blocks, clusters, seed, exact)
     sums_task, passes, mean_cos, empty = task(_sums_task), 0, -1.0, 0
     for passes in range(1, iterations + 1):
         ref = ray.put(centroids)
         totals = np.zeros(centroids.shape, np.float64)
         counts = np.zeros(clusters, np.int64)
         cos = 0.0
-        for s, c, total in ray.get([sums_task.remote(src, a, b, ref) for a, b in blocks]):
+        for s, c, total in ray.get([sums_task.remote(src, a, b, ref, exact)
+                                    for a, b in blocks]):
             totals += s
             counts += c
             cos += total
         gain, mean_cos = cos / src.words - mean_cos, cos / src.words
         empty = int((counts == 0).sum())
         norms = np.linalg.norm(totals, axis=1, keepdims=True)
-        centroids = np.where(norms > 0, totals / np.where(norms > 0, norms, 1),
-                             centroids).astype(np.float32)
+        new = np.where(norms > 0, totals / np.where(norms > 0, norms, 1), centroids)
+        new[:exact] = centroids[:exact]  # the exact rows' own directions stay
+        centroids = new.astype(np.float32)
         log.info("quantize: pass %d, mean cosine %.4f, %d empty clusters", passes, mean_cos,
                  empty)
         if gain < tolerance:
             break
     return _finish(model, out, src, blocks, centroids, dtype, scale, task, {
         "clusters": clusters, "seed": seed, "passes": passes, "empty_clusters": empty,
+        "exact": exact,
         "source_bytes": source_bytes, "t0": t0})
 
 
-def _initial(seed_task: Any, src: _Source, blocks: list, clusters: int, seed: int) -> np.ndarray:
-    """``clusters`` distinct rows drawn with ``seed``, as unit vectors (fetched by tasks)."""
-    picks = np.sort(np.random.default_rng(seed).choice(src.words, clusters, replace=False))
+def _initial(seed_task: Any, src: _Source, blocks: list, clusters: int, seed: int,
+             exact: int) -> np.ndarray:
+    """The first ``exact`` rows, then ``clusters - exact`` distinct rows after them drawn with
+    ``seed``, as unit vectors (fetched by tasks)."""
+    drawn = np.random.default_rng(seed).choice(src.words - exact, clusters - exact,
+                                               replace=False) + exact
+    picks = np.concatenate([np.arange(exact), np.sort(drawn)])
     refs = [seed_task.remote(src, a, b, picks[(picks >= a) & (picks < b)]) for a, b in blocks]
     import ray
 
@@ -258,10 +277,11 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
     work = f"{out}.quantize-{uuid.uuid4().hex[:8]}"  # scratch beside the output
     try:
         ref = ray.put(centroids)
-        cos = sum(ray.get([task(_final_task).remote(src, a, b, ref, work) for a, b in blocks]))
+        cos = sum(ray.get([task(_final_task).remote(src, a, b, ref, work, facts["exact"])
+                           for a, b in blocks]))
         recorded = {"method": "spherical k-means", "source": model, "clusters": facts[
-            "clusters"], "seed": facts["seed"], "passes": facts["passes"],
-            "mean_cosine": round(cos / src.words, 6)}
+            "clusters"], "exact": facts["exact"], "seed": facts["seed"],
+            "passes": facts["passes"], "mean_cosine": round(cos / src.words, 6)}
         written = ray.get(task(_write_task).remote(model, out, work, [a for a, _ in blocks],
                                                    centroids, dtype, scale, recorded))
     finally:

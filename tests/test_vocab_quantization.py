@@ -67,6 +67,18 @@ def test_a_seed_fixes_the_result(source, k1024, tmp_path):
             != (tmp_path / "again/model.safetensors").read_bytes())
 
 
+def test_exact_rows_keep_their_own_direction(source, tmp_path):
+    """``exact=N``: the N first (most frequent) words are their own centroid; the rest share."""
+    report = quantize_model(source, str(tmp_path / "e"), 512, exact=100, iterations=3)
+    original, clustered = StaticModel.load(source), StaticModel.load(tmp_path / "e")
+    np.testing.assert_allclose(clustered.vectors[:100], original.vectors[:100], rtol=2e-3,
+                               atol=2e-3)
+    index = load_file(f"{tmp_path}/e/model.safetensors")["clusters"]
+    assert index[:100].tolist() == list(range(100)) and index[100:].min() >= 0
+    assert json.loads((tmp_path / "e/config.json").read_text())["provenance"][
+        "quantization"]["exact"] == 100 and report.clusters == 512
+
+
 def test_int8_centroids_from_an_int8_source_export_to_model2vec(source, tmp_path):
     import model2vec
 
@@ -90,6 +102,7 @@ def test_int8_centroids_from_an_int8_source_export_to_model2vec(source, tmp_path
     (["--clusters", "1"], "at least 2"),
     (["--clusters", "20001"], "exceeds the model's 20000 words"),
     (["--clusters", "8", "--iterations", "0"], "--iterations must be a positive"),
+    (["--clusters", "8", "--exact", "8"], "--exact must be an integer from 0 to"),
     (["--clusters", "8", "--output", "/"], "filesystem root"),
     (["--clusters", "8", "--output", "."], "current directory"),
     (["--clusters", "8", "--output", ".."], "above the current directory"),

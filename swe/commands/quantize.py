@@ -30,6 +30,8 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
                    "centroid (row) or one for all (global)")
     p.add_argument("--seed", type=int, default=0, help="draws the initial centroids")
     p.add_argument("--iterations", type=int, default=20, help="k-means passes at most")
+    p.add_argument("--exact", type=int, default=0, help="the first N rows (the most frequent "
+                   "words) keep their own direction, as N of the K centroids")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also Ray's own output, and one line per k-means pass")
     return p
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
     try:
         report = quantize_model(args.model, args.output, args.clusters, dtype=args.dtype,
-                                scale=args.scale, seed=args.seed, iterations=args.iterations)
+                                scale=args.scale, seed=args.seed, iterations=args.iterations,
+                                exact=args.exact)
     except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
         return failed(e, [args.model, args.output],
                       kept="nothing was written to the output")
