@@ -191,6 +191,11 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", label=label)
         ax.set_xscale("log")
+        ax.minorticks_off()
+        sizes = [r["folder_bytes"] / 1e6 for r in rows]
+        ticks = [t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+                 if min(sizes) / 1.5 <= t <= max(sizes) * 1.5]
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("folder size (MB)")
         ax.set_title(signal)
     axes[0][0].legend(fontsize=7)

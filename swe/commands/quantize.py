@@ -1,7 +1,7 @@
 """Vocabulary quantisation: cluster a model's rows into K shared vectors, a model K/V the size.
 
-    swe quantize out/en-60k/model --clusters 8192 --output out/en-60k-k8k
-    swe quantize out/en-60k/model --clusters 8192 --dtype int8 --output out/en-60k-k8k-int8
+    swe quantize out/en-60k/model --clusters 8192 --exact 1024 --output out/en-60k-k8k
+    swe quantize out/en-60k/model --clusters 8192 --exact 1024 --dtype int8 --output out/k8k-int8
 
 Each word keeps its cluster index and its norm; the centroids are saved as --dtype. The result
 loads with swe.StaticModel.load and encodes with the same rule (docs/using.md). Spherical k-means
