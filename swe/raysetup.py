@@ -35,8 +35,12 @@ _CONSOLE: dict[str, Any] = {"verbose": False, "tty": False, "status": False}
 # logs this error for each such actor (ray-project/ray#57733). The references are put by the
 # driver and held by the pool for its whole life, so a restarted actor finds them (only losing
 # the driver's node loses them, and that ends the job anyway). The line stays in the session's
-# python-core-driver log and is shown with -v.
-HARMLESS = (b"has constructor arguments in the object store and max_restarts > 0",)
+# python-core-driver log and is shown with -v. The raylet's "N PYTHON worker processes have been
+# started … Nx the maximum expected startup concurrency" warning, which it forwards to the driver
+# whenever a stage's tasks (0.5 CPU each) start more workers than the node has CPUs, says nothing
+# a user can act on either: the stages size their tasks on purpose.
+HARMLESS = (b"has constructor arguments in the object store and max_restarts > 0",
+            b"PYTHON worker processes have been started on node")
 
 
 def console() -> dict[str, Any]:

@@ -72,10 +72,12 @@ def test_progress_is_silent_for_a_short_pass_and_periodic_for_a_long_one(monkeyp
     assert "[slow] 2/4 sentences (50%), " in second and "sentences/s, ETA " in second
 
 
-def test_the_filter_drops_only_the_harmless_core_worker_line():
+def test_the_filter_drops_only_the_harmless_core_worker_and_raylet_lines():
     out_r, out_w = os.pipe()
     data = (b"[E] core_worker.cc:2465: Actor 'MapWorker(X)' " + raysetup.HARMLESS[0]
-            + b". If ...\nerror: something real\npartial")
+            + b". If ...\n\x1b[33m(raylet)\x1b[0m WARNING: 14 " + raysetup.HARMLESS[1]
+            + b": 7051 with address: 192.0.2.2, which is 7x the maximum expected startup "
+            b"concurrency (2).\nerror: something real\npartial")
     rest = raysetup._write_lines(data, out_w, raysetup.HARMLESS)
     os.close(out_w)
     assert os.read(out_r, 1000) == b"error: something real\n" and rest == b"partial"
