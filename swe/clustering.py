@@ -17,7 +17,7 @@ import logging
 import struct
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -290,8 +290,3 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
                          round(cos / src.words, 6), facts["empty_clusters"],
                          facts["source_bytes"], written,
                          round(time.perf_counter() - facts["t0"], 1))
-
-
-def report_dict(report: ClusterReport) -> dict:
-    """The report as a plain dict (the command prints it as JSON)."""
-    return asdict(report)

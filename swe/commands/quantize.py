@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     configure_console(verbose=args.verbose)
     if args.verbose:
         logging.getLogger("swe.quantize").setLevel(logging.INFO)
-    from swe.clustering import quantize_model, report_dict
+    from dataclasses import asdict
+
+    from swe.clustering import quantize_model
     from swe.commands import failed
 
     try:
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
         return failed(e, [args.model, args.output],
                       kept="nothing was written to the output")
-    print(json.dumps(report_dict(report)))
+    print(json.dumps(asdict(report)))
     return 0
 
 

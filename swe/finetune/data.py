@@ -2,13 +2,12 @@
 compressed) read into texts and labels, checked, and split into train and dev.
 
 A label is a string or an integer (kept as its string); a list of them makes the task
-multi-label. The dev split, without ``--dev``, is a seeded share of the distinct texts
-(BLAKE2b of seed and text), so a text repeated in the file is on one side only.
+multi-label. The dev split, without ``--dev``, is a seeded share of the distinct texts (the
+pairs' ``sentence_share``), so a text repeated in the file is on one side only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 from dataclasses import dataclass
 
@@ -111,8 +110,8 @@ def read_labelled(path: str, text_column: str, label_column: str) -> Labelled:
 
 
 def dev_mask(texts: list[str], share: float, seed: int) -> np.ndarray:
-    """True for the texts in the seeded dev share (the same text always on the same side)."""
-    key = str(seed).encode()
-    digests = b"".join(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8,
-                                       key=key, person=b"swe-finetune").digest() for t in texts)
-    return np.frombuffer(digests, "<u8") / 2.0**64 < share
+    """True for the texts in the seeded dev share: the pairs' rule (``sentence_share``, BLAKE2b
+    of seed and normalised text), so the same text is always on the same side."""
+    from swe.build.pairs.text import sentence_share
+
+    return sentence_share(pa.array(texts, pa.string()), seed) < share
