@@ -315,10 +315,16 @@ def save_best(checkpoint: Any, step2: str, teacher: str, languages: list[str],
 
 
 def plot_history(state: dict, url: str) -> None:
-    """The training and validation loss curves as a PNG (best step marked)."""
+    """The training and validation loss curves as a PNG (best step marked); without matplotlib
+    (an offline bundle leaves it out) a line says so and the curves stay in history.json."""
     import io
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        log.warning("[refine] no loss.png: matplotlib is not installed (the curves are in "
+                    "history.json beside it; pip install matplotlib to draw them)")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
