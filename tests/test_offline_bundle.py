@@ -56,6 +56,7 @@ def _bundle(tmp: Path, wheels: dict[str, dict[str, bytes]]) -> Path:
 def _ray(version: str = "9.0.0") -> dict[str, bytes]:
     return {"ray/__init__.py": b"x", "ray/jars/ray.jar": b"j" * 1000, "ray/rllib/a.py": b"r",
             "ray/dashboard/client/build/index.html": b"<html>",
+            "ray/dashboard/client/build/static/js/main.js": b"js" * 1000,
             "ray/dashboard/head.py": b"h", f"ray-{version}.dist-info/METADATA": b"m",
             f"ray-{version}.dist-info/RECORD": b""}
 
@@ -71,8 +72,10 @@ def test_repack_leaves_out_what_swe_never_uses_and_writes_a_true_record(tmp_path
         names = set(z.namelist())
         assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_LZMA}
         record = z.read("ray-9.0.0.dist-info/RECORD").decode().splitlines()
+    # the dashboard refuses to start without build/ and build/static/: an index and a note stay
     assert names == {"ray/__init__.py", "ray/dashboard/head.py", "ray-9.0.0.dist-info/METADATA",
-                     "ray-9.0.0.dist-info/RECORD"}
+                     "ray-9.0.0.dist-info/RECORD", "ray/dashboard/client/build/index.html",
+                     "ray/dashboard/client/build/static/LEFT_OUT.txt"}
     assert sorted(r.split(",")[0] for r in record) == sorted(names)
     assert cb.check_manifest(bundle, carried=["ray"]) == []
 

@@ -12,6 +12,6 @@ if [[ "$want" != "$have" ]]; then
   echo "this bundle is for Python $want, but $py is $have: build one with tools/offline_bundle.sh --python $have" >&2
   exit 2
 fi
-"$py" -m pip install -q --no-index --no-deps "$here"/wheels/*.whl
+"$py" -m pip install -q --no-index --no-deps --force-reinstall "$here"/wheels/*.whl
 "$py" -m pip check || echo "(pip check: the versions above differ from swe's pins; the checks below decide)"
 "$py" -c 'import blingfire, ray, ray.data, ray.train.torch, s3fs, swe, swe.cli; print(f"swe {swe.__version__}, Ray {ray.__version__}: installed")'

@@ -18,6 +18,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -38,14 +41,17 @@ class Twice:
     def __call__(self, b):
         return {"y": b["id"] * 2}
 ds = ray.data.range(1000).map_batches(Twice, compute=ray.data.ActorPoolStrategy(size=2),
-                                      batch_size=100)
+                                      batch_size=100, num_cpus=0.5)
 assert sorted(r["y"] for r in ds.take_all()) == list(range(0, 2000, 2))
+mark = tempfile.mkdtemp()
 def loop(cfg):
-    import torch
-    ray.train.report({"loss": float(torch.ones(2).sum())})
-res = TorchTrainer(loop, scaling_config=ray.train.ScalingConfig(num_workers=1),
+    import pathlib, torch
+    pathlib.Path(cfg["mark"], "ran").write_text(str(float(torch.ones(2).sum())))
+    ray.train.report({"loss": 2.0})
+res = TorchTrainer(loop, train_loop_config={"mark": mark},
+                   scaling_config=ray.train.ScalingConfig(num_workers=1),
                    run_config=ray.train.RunConfig(storage_path=tempfile.mkdtemp())).fit()
-assert res.metrics["loss"] == 2.0, res.metrics
+assert res.error is None and open(f"{mark}/ran").read() == "2.0", res
 print("ray.init, map_batches on an actor pool, TorchTrainer: ok")
 '''
 
@@ -121,15 +127,36 @@ def full_check(bundle: Path, work: Path) -> dict[str, float]:
 
 
 def _job_submit(venv: Path, log: Path, work: Path) -> float:
-    ray = str(venv / "bin/ray")
+    """A head of its own (``ray start --block``, stopped by its process group: ``ray stop``
+    would stop every Ray on the machine), and one job submitted to it."""
+    ray, port = str(venv / "bin/ray"), _free_port()
     t = time.perf_counter()
-    _run([ray, "start", "--head", "--num-cpus=2", "--dashboard-port=8277"], log, cwd=work)
+    with log.open("a") as f:
+        head = subprocess.Popen([ray, "start", "--head", "--block", "--num-cpus=2",
+                                 f"--port={_free_port()}", f"--dashboard-port={port}"],
+                                cwd=work, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
-        _run([ray, "job", "submit", "--address", "http://127.0.0.1:8277", "--", "python", "-c",
-              "import ray; ray.init(); print(ray.cluster_resources())"], log, cwd=work)
+        for attempt in range(12):  # the dashboard takes a few seconds to answer
+            try:
+                _run([ray, "job", "submit", "--address", f"http://127.0.0.1:{port}", "--",
+                      "python", "-c", "import ray; ray.init(); print(ray.cluster_resources())"],
+                     log, cwd=work)
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 11:
+                    raise
+                time.sleep(5)
     finally:
-        _run([ray, "stop", "--force"], log, cwd=work)
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(60)
     return round(time.perf_counter() - t, 1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def smoke(tmp: Path) -> list[str]:

@@ -48,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the GPU build, the encode, the report")
     run.add_argument("assets")
     run.add_argument("report")
+    run.add_argument("--rehearse", action="store_true",
+                     help="on a machine without a GPU: the same steps, the teacher on the CPU")
     return p
 
 
@@ -86,9 +88,8 @@ def stage_times(output: Path) -> dict[str, dict]:
 def stsb_dev(swe: str, model: Path, data: Path, tmp: Path) -> float:
     _sh([swe, "evaluate", "--model", str(model), "--tasks", "stsb-dev", "--data", str(data),
          "--json", str(tmp / "stsb.json")])
-    rows = json.loads((tmp / "stsb.json").read_text())
-    rows = rows if isinstance(rows, list) else rows.get("results", [rows])
-    return float(next(r["stsb-dev"] for r in rows if "stsb-dev" in r))
+    results = json.loads((tmp / "stsb.json").read_text())["results"]
+    return float(next(iter(results.values()))["stsb-dev"]["spearman"])
 
 
 def assets(out: Path) -> None:
@@ -127,7 +128,9 @@ def install(bundle: Path) -> None:
     _sh([str(bundle / "install.sh"), str(VENV / "bin/python")])
 
 
-def _gpu_sampler(path: Path) -> subprocess.Popen:
+def _gpu_sampler(path: Path) -> subprocess.Popen | None:
+    if not shutil.which("nvidia-smi"):
+        return None
     return subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,utilization.gpu,memory.used",
                              "--format=csv,noheader,nounits", "-lms", "1000"],
                             stdout=path.open("w"), stderr=subprocess.DEVNULL)
@@ -137,7 +140,7 @@ def _utilisation(csv: Path, start: float, end: float) -> float | None:
     from datetime import datetime
 
     vals = []
-    for line in csv.read_text().splitlines():
+    for line in (csv.read_text() if csv.exists() else "").splitlines():
         parts = [p.strip() for p in line.split(",")]
         try:
             t = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
@@ -148,30 +151,33 @@ def _utilisation(csv: Path, start: float, end: float) -> float | None:
     return round(sum(vals) / len(vals), 1) if vals else None
 
 
-def run(assets_dir: Path, report: Path) -> None:
-    """The GPU build of ``CONFIG``, the sample encoded, and the report beside the reference."""
+def run(assets_dir: Path, report: Path, rehearse: bool = False) -> None:
+    """The GPU build of ``CONFIG``, the sample encoded, and the report beside the reference
+    (``rehearse``: without the GPU settings, to try every other step on a CPU machine)."""
     swe, work = str(VENV / "bin/swe"), ROOT / ".gpu/work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     t32 = teacher_fp32(assets_dir / "teacher", work / "teacher")
     sampler = _gpu_sampler(work / "gpu.csv")
     try:
-        build = _sh([swe, "build", *CONFIG, *GPU, "--set", f'teacher="{t32}"', "--output",
-                     str(work / "build")])
+        build = _sh([swe, "build", *CONFIG, *([] if rehearse else GPU), "--set",
+                     f'teacher="{t32}"', "--output", str(work / "build")])
         t0 = time.time()
         sample = ROOT / "swe/data/sample/en_wikipedia_60k.txt.xz"
         enc = _sh([swe, "encode", "--model", str(work / "build/model"), "--input", str(sample),
                    "--output", str(work / "encoded")])
         t1 = time.time()
     finally:
-        sampler.terminate()
+        if sampler:
+            sampler.terminate()
     stages = stage_times(work / "build")
     for s in stages.values():
         s["gpu_util_pct"] = _utilisation(work / "gpu.csv", s["end"] - s["seconds"], s["end"])
         if "sentences" in s:
             s["sentences_per_s"] = round(s["sentences"] / max(s["seconds"], 1e-9), 1)
     ref = json.loads((assets_dir / "reference.json").read_text())
-    out = {"build_seconds": build, "stages": stages,
+    out = {"machine": "rehearsal: no GPU settings" if rehearse else "GPU",
+           "build_seconds": build, "stages": stages,
            "encode": {"seconds": enc, "gpu_util_pct": _utilisation(work / "gpu.csv", t0, t1)},
            "stsb_dev": stsb_dev(swe, work / "build/model", assets_dir / "data", work),
            "reference": ref}
@@ -188,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "install":
         install(Path(args.bundle).resolve())
     else:
-        run(Path(args.assets).resolve(), Path(args.report).resolve())
+        run(Path(args.assets).resolve(), Path(args.report).resolve(), args.rehearse)
     return 0
 
 

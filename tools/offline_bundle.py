@@ -58,15 +58,20 @@ DROP_PACKAGES = {
 DROP_PATHS = {
     "ray/jars/*": "the Java worker (swe is Python only)",
     "ray/rllib/*": "reinforcement learning", "ray/serve/*": "model serving",
-    "ray/llm/*": "LLM serving", "ray/workflow/*": "workflows", "ray/widgets/*": "Jupyter widgets",
-    "ray/dashboard/client/*": "the dashboard's web front-end (the job API stays)",
+    "ray/llm/*": "LLM serving", "ray/workflow/*": "workflows",
+    "ray/dashboard/client/*": "the dashboard's web front-end (the job API stays; an index.html "
+                              "is kept, as the dashboard refuses to start without the folder)",
     "botocore/data/*": "service models other than S3's and STS's (kept below)",
     "blingfire/*.bin": "tokeniser models swe never loads (it uses the built-in word breaker)",
     "blingfire/*.i2w": "the same models' vocabularies",
     "blingfire/*.dll": "Windows", "blingfire/*.pdb": "Windows", "blingfire/*.dylib": "macOS",
 }
-KEEP_PATHS = ["botocore/data/s3/*", "botocore/data/sts/*", "botocore/data/*.json",
-              "botocore/data/sso*/*"]
+KEEP_PATHS = ["ray/dashboard/client/build/index.html", "botocore/data/s3/*", "botocore/data/sts/*",
+              "botocore/data/*.json", "botocore/data/sso*/*"]
+# The dashboard refuses to start without build/ and build/static/: a note stands in for the rest.
+PLACEHOLDERS = {"ray/dashboard/client/build/static/LEFT_OUT.txt":
+                "The dashboard's web front-end was left out of this offline bundle "
+                "(swe: tools/offline_bundle.py); the job API works without it.\n"}
 STRIP = ["ray/_raylet.so", "ray/core/src/ray/gcs/gcs_server", "ray/core/src/ray/raylet/raylet"]
 
 
@@ -122,7 +127,7 @@ def resolve(reqs: list[str], python: str, tmp: Path) -> list[dict]:
 
 def dropped(path: str) -> str | None:
     """Why ``path`` (inside a wheel) is left out, or None to keep it."""
-    if any(fnmatch.fnmatch(path, k) for k in KEEP_PATHS):
+    if path in PLACEHOLDERS or any(fnmatch.fnmatch(path, k) for k in KEEP_PATHS):
         return None
     return next((why for pat, why in DROP_PATHS.items() if fnmatch.fnmatch(path, pat)), None)
 
@@ -162,6 +167,10 @@ def repack(src: Path, dst: Path, tmp: Path) -> dict[str, int]:
             out.external_attr, out.compress_type = info.external_attr, zipfile.ZIP_LZMA
             zout.writestr(out, data)
             records.append(_record_line(info.filename, data))
+        for path, text in PLACEHOLDERS.items():
+            if any(n.startswith(path.rsplit("/", 3)[0] + "/") for n in zin.namelist()):
+                zout.writestr(path, text)
+                records.append(_record_line(path, text.encode()))
         zout.writestr(record_name, "\n".join([*records, f"{record_name},,"]) + "\n")
     return left
 
