@@ -130,18 +130,27 @@ def _job_submit(venv: Path, log: Path, work: Path) -> float:
     """A head of its own (``ray start --block``, stopped by its process group: ``ray stop``
     would stop every Ray on the machine), and one job submitted to it."""
     ray, port = str(venv / "bin/ray"), _free_port()
+    # the job's `python` is the venv's; no token to pass around; SIGTERM stops the head at once
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+           "RAY_AUTH_MODE": "disabled", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
     t = time.perf_counter()
     with log.open("a") as f:
-        head = subprocess.Popen([ray, "start", "--head", "--block", "--num-cpus=2",
-                                 f"--port={_free_port()}", f"--dashboard-port={port}"],
-                                cwd=work, stdout=f, stderr=subprocess.STDOUT,
+        # every port its own, so that no other Ray on the machine collides with it
+        ports = [f"--{name}={_free_port()}" for name in (
+            "port", "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port",
+            "ray-client-server-port")]
+        head = subprocess.Popen([ray, "start", "--head", "--block", "--num-cpus=2", *ports,
+                                 f"--dashboard-port={port}", "--dashboard-host=127.0.0.1",
+                                 f"--temp-dir={tempfile.mkdtemp(prefix='rh', dir='/tmp')}"],
+                                cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     try:
         for attempt in range(12):  # the dashboard takes a few seconds to answer
             try:
                 _run([ray, "job", "submit", "--address", f"http://127.0.0.1:{port}", "--",
                       "python", "-c", "import ray; ray.init(); print(ray.cluster_resources())"],
-                     log, cwd=work)
+                     log, cwd=work, env=env)
                 break
             except subprocess.CalledProcessError:
                 if attempt == 11:
