@@ -167,7 +167,7 @@ def _store_parser() -> argparse.ArgumentParser:
     p.add_argument("--teacher", help="prune: a teacher sha256 prefix (as `list` shows it)")
     p.add_argument("--runtime", help="prune: torch, onnx or onnx-int8")
     p.add_argument("--older-than-days", type=float,
-                   help="prune: last written more than this many days ago (> 0)")
+                   help="prune: last written more than this many days ago (at least 1/24: an hour)")
     p.add_argument("--dry-run", action="store_true",
                    help="prune: list what would be removed, and remove nothing")
     return p
@@ -177,6 +177,12 @@ def _store_main(argv: list[str]) -> int:
     args = _store_parser().parse_args(argv)
     from swe.build.teacher.store import list_store, prune
 
+    given = [f"--{k.replace('_', '-')}" for k in ("teacher", "runtime", "older_than_days",
+                                                  "dry_run")
+             if getattr(args, k) not in (None, False)]
+    if args.action == "list" and given:
+        return failed(ValueError(f"{', '.join(given)}: prune's options; `swe store list` lists "
+                                 "every namespace"))
     try:
         found = list_store(args.store) if args.action == "list" else prune(
             args.store, args.teacher, args.runtime, args.older_than_days, args.dry_run)

@@ -25,7 +25,7 @@ import io
 import re
 from typing import Any
 
-from swe import storage
+from swe import inputs, storage
 
 __all__ = ["expand"]
 
@@ -91,6 +91,8 @@ def unknown_codes(template: str, where: str) -> list[str]:
 def _add_languages(raw: dict[str, Any], errors: list[str]) -> None:
     path, column = raw["languages_file"], raw.get("languages_with", "")
     try:
+        if storage.is_local(storage.data_path(path)):  # a pipe or a device would never end
+            inputs.check_regular_file(storage.data_path(path))
         text = storage.read_text(storage.data_path(path))
     except (OSError, ValueError) as e:
         errors.append(f"languages_file = {path!r}: cannot read it ({e})")

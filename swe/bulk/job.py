@@ -216,6 +216,9 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     from swe.model import StaticModel
 
     opts = options or EncodeOptions()
+    for p in inputs:  # before absolute(), which would read '' as the working directory
+        if not p.strip() or "\0" in p:
+            raise ValueError(f"--input {p!r} is not a path (empty, or holding a NUL byte)")
     model, output = storage.absolute(model), storage.output_url(output)
     inputs = [storage.absolute(p) for p in inputs]  # workers may run in another directory
     files = expand_inputs(inputs)

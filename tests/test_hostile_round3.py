@@ -1,0 +1,106 @@
+"""Hostile input, third round (a second review of issue 42's kinds): what used to lose data
+(`swe evaluate` writing its report over a model file or its own input; `swe finetune` deleting a
+build's work/ folder it took for its own), hang (a device or a pipe as `languages_file`), walk the
+filesystem (`teacher = "/"`), read the working directory for `--input ''`, or take a filter that
+matches nearly everything; each now ends in one clear line before any work."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from swe.build.teacher.store import descriptor, list_store, open_namespace
+from swe.cli import main
+from swe.model import StaticModel
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = str(ROOT / "pipelines/configs/quickstart.toml")
+
+
+def _model(path: Path) -> Path:
+    StaticModel.from_vectors(["a", "b", "c"], np.eye(3, dtype=np.float32)).save(str(path))
+    return path
+
+
+def _sts(path: Path) -> Path:
+    path.write_text("sentence1\tsentence2\tscore\na\tb\t1\nb\tc\t2\na\tc\t3\n")
+    return path
+
+
+@pytest.mark.parametrize("where", ["model", "task", "both"])
+def test_evaluate_never_writes_its_report_over_an_input(tmp_path, where, capsys):
+    from swe.commands.evaluate import main as evaluate
+
+    model, sts = _model(tmp_path / "m"), _sts(tmp_path / "sts.tsv")
+    before = {p: p.read_bytes() for p in (model / "config.json", sts)}
+    out = {"model": ["--json", str(model / "config.json")], "task": ["--markdown", str(sts)],
+           "both": ["--json", str(tmp_path / "r"), "--markdown", str(tmp_path / "r")]}[where]
+    assert evaluate(["--model", str(model), "--tasks", f"sts:{sts}", *out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("an input of this evaluation" in err
+                                     or "one would overwrite the other" in err), err
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_finetune_refuses_an_output_whose_work_folder_is_a_build_s(tmp_path, capsys):
+    from swe.finetune.job import FinetuneJob, _check_output
+
+    out = tmp_path / "build"
+    (out / "work/vocab").mkdir(parents=True)
+    (out / "work/vocab/_DONE.json").write_text("{}")
+    job = FinetuneJob(model=str(_model(tmp_path / "m")), data=str(tmp_path / "d.jsonl"),
+                      output=str(out))
+    with pytest.raises(FileExistsError, match="not a killed swe finetune run's"):
+        _check_output(job)
+    assert (out / "work/vocab/_DONE.json").exists()
+    (out / "work/vocab/_DONE.json").unlink()
+    (out / "work/vocab").rmdir()
+    (out / "work/runs").mkdir()  # what a killed finetune leaves: resumed, not refused
+    _check_output(job)
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_a_device_or_pipe_as_languages_file_is_one_line_not_a_hang(tmp_path, special):
+    from swe.build import ConfigError, load_config
+
+    if special == "fifo":
+        special = str(tmp_path / "langs.tsv")
+        os.mkfifo(special)
+    with pytest.raises(ConfigError, match=r"languages_file.*(not a regular file|named pipe)"):
+        load_config(QUICK, [f"languages_file='{special}'"], output=str(tmp_path / "out"))
+
+
+def test_a_folder_without_config_json_is_not_a_teacher(tmp_path, capsys):
+    from swe.build import ConfigError, load_config
+    from swe.commands.evaluate import main as evaluate
+
+    with pytest.raises(ConfigError, match=r"holds no config\.json"):
+        load_config(QUICK, ["teacher='/'"], output=str(tmp_path / "out"))
+    assert evaluate(["--model", f"teacher:{tmp_path}", "--tasks", "stsb-dev"]) == 2
+    assert "holds no config.json" in capsys.readouterr().err
+
+
+def test_an_empty_input_is_not_the_working_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secret.txt").write_text("not for encoding\n")
+    model = _model(tmp_path / "m")
+    assert main(["encode", "--model", str(model), "--input", "", "--output",
+                 str(tmp_path / "o")]) == 2
+    assert "--input '' is not a path" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_prune_refuses_an_age_under_an_hour_and_list_refuses_prune_s_filters(tmp_path, capsys):
+    store = str(tmp_path / "store")
+    open_namespace(store, descriptor("c" * 64, "onnx", 512, 384))
+    for age in ("1e-300", "0.00001", "0.04"):
+        assert main(["store", "prune", store, "--older-than-days", age, "--dry-run"]) == 2
+        assert "at least 0.04167 (an hour)" in capsys.readouterr().err
+    assert main(["store", "prune", store, "--older-than-days", "0.05", "--dry-run"]) == 0
+    assert main(["store", "list", store, "--teacher", "zz", "--older-than-days", "-5"]) == 2
+    err = capsys.readouterr().err
+    assert "--teacher, --older-than-days: prune's options" in err and err.count("\n") == 1
+    assert len(list_store(store)) == 1
