@@ -214,6 +214,8 @@ def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16
     from swe.raysetup import init_ray
 
     _check(clusters, dtype, scale, iterations)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {seed!r}")
     model = storage.absolute(model)
     src = _source(model)
     out = _check_output(model, out)

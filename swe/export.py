@@ -328,6 +328,9 @@ def agreement(model: StaticModel, arrays: ExportArrays, texts: list[str] | None 
 
 
 def _check_out(out: str) -> None:
+    if not out.strip() or "\0" in out:
+        raise ExportError(f"the output {out!r} is not a path (empty, blank or holding a NUL "
+                          "byte); name a new folder")
     fs, path = storage.filesystem(out)
     if fs.exists(path) and (not fs.isdir(path) or fs.ls(path)):
         raise ExportError(f"{out} exists and is not an empty directory; choose a new output "

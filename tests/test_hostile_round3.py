@@ -104,3 +104,40 @@ def test_prune_refuses_an_age_under_an_hour_and_list_refuses_prune_s_filters(tmp
     err = capsys.readouterr().err
     assert "--teacher, --older-than-days: prune's options" in err and err.count("\n") == 1
     assert len(list_store(store)) == 1
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("teacher_sha256", 123, "its teacher_sha256 is not a string"),
+    ("runtime", None, "its runtime is not a string"),
+    ("dim", "384", "its dim is not an integer"),
+])
+def test_a_namespace_file_with_wrong_types_is_one_line(tmp_path, field, value, needle, capsys):
+    import json
+
+    store = str(tmp_path / "store")
+    open_namespace(store, descriptor("c" * 64, "onnx", 512, 384))
+    path = next(Path(store).glob("ns-*/_NAMESPACE.json"))
+    desc = json.loads(path.read_text())
+    path.write_text(json.dumps({**desc, field: value}))
+    for args in (["list", store], ["prune", store, "--teacher", "cd", "--dry-run"]):
+        assert main(["store", *args]) == 2
+        err = capsys.readouterr().err
+        assert "is damaged" in err and needle in err and err.count("\n") == 1, err
+
+
+def test_a_negative_seed_is_one_line_before_ray(tmp_path, capsys):
+    from swe.clustering import quantize_model
+    from swe.finetune.job import FinetuneJob, _check
+
+    with pytest.raises(ValueError, match="--seed must be"):
+        _check(FinetuneJob(model="m", data="d", output="o", seed=-1))
+    with pytest.raises(ValueError, match="--seed must be"):
+        quantize_model(str(_model(tmp_path / "m")), str(tmp_path / "q"), 2, seed=-1)
+
+
+@pytest.mark.parametrize("out", ["", "   "])
+def test_export_refuses_a_blank_output(tmp_path, out, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(_model(tmp_path / "m")), "--to", "model2vec", out]) == 2
+    assert "is not a path" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]

@@ -53,6 +53,8 @@ def _check(job: FinetuneJob) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be a finite number "
                              f"{'> 0' if name == 'lr' else '>= 0 (0: the table stays frozen)'}, "
                              f"got {value}")
+    if job.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {job.seed}")
     if job.dev is None and not 0 < job.dev_share < 1:
         raise ValueError(f"--dev-share must lie strictly between 0 and 1, got {job.dev_share}")
 

@@ -250,6 +250,10 @@ def _namespace_descriptor(url: str) -> dict:
         if not isinstance(desc, dict) or not all(
                 k in desc for k in ("teacher_sha256", "runtime", "max_tokens", "dim")):
             raise ValueError("not a namespace descriptor")
+        for key, kind in (("teacher_sha256", str), ("runtime", str), ("max_tokens", int),
+                          ("dim", int)):
+            if not isinstance(desc[key], kind) or isinstance(desc[key], bool):
+                raise ValueError(f"its {key} is not {'a string' if kind is str else 'an integer'}")
     except FileNotFoundError:
         raise StoreError(f"{path} is missing: {url} is not a complete namespace; remove that "
                          "folder, or restore the file") from None
