@@ -140,6 +140,7 @@ def test_parquet_row_groups_resume_and_changed_option(tmp_path, sentences, model
                            options=EncodeOptions(part_rows=100, dtype="float16"))
     assert changed.run != first.run and changed.resumed_parts == 0
     assert "--dtype" in caplog.text and "starting a new run" in caplog.text
+    assert "--keep-columns" not in caplog.text  # () then, () now (a list in the manifest)
     assert sorted(os.listdir(out)) == ["_manifest.json", f"v-{changed.run}"]
     df = _read(out)
     for k in range(3):

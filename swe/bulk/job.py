@@ -107,7 +107,8 @@ def _start_run(output: str, run: str, spec: dict) -> dict[str, dict]:
     if current and current["run"] != run:
         old = current["spec"]
         changed = [k for k in ("model", "model_fingerprint", "inputs") if old.get(k) != spec[k]]
-        changed += [f"--{k.replace('_', '-')}" for k, v in spec["options"].items()
+        options = json.loads(json.dumps(spec["options"]))  # as the manifest holds them
+        changed += [f"--{k.replace('_', '-')}" for k, v in options.items()  # (tuples: lists)
                     if old.get("options", {}).get(k) != v]
         log.warning("%s holds run %s; its %s changed: starting a new run %s (the current "
                     "output stays until this one is complete)", output, current["run"],
