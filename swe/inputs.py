@@ -116,9 +116,13 @@ def check_regular_file(path: str) -> None:
 def open_input(path: str) -> BinaryIO:
     """A binary stream of an input file (local or s3://), decompressed by its extension. A
     truncated zstd stream raises ``EOFError`` at its end, as gzip, xz and bz2 do (zstandard's
-    own reader ends it silently, as if the file were shorter)."""
+    own reader ends it silently, as if the file were shorter), and so does a 0-byte compressed
+    file (gzip's and zstandard's readers read it as empty text)."""
     fs, p = filesystem(path)
     _, comp = _split_compression(path)
+    if comp and fs.size(p) == 0:  # gzip and zstd readers take 0 bytes for an empty stream
+        raise EOFError("compressed file ended before the end-of-stream marker was reached "
+                       "(it is 0 bytes: no compressed stream at all)")
     if comp == "zstd":
         return io.BufferedReader(_ZstdReader(fs.open(p, "rb")), 1 << 16)
     return fs.open(p, "rb", compression=comp)

@@ -141,3 +141,16 @@ def test_export_refuses_a_blank_output(tmp_path, out, capsys, monkeypatch):
     assert main(["export", str(_model(tmp_path / "m")), "--to", "model2vec", out]) == 2
     assert "is not a path" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+@pytest.mark.parametrize("name", ["e.txt.gz", "e.jsonl.gz", "e.txt.zst", "e.txt.xz"])
+def test_a_zero_byte_compressed_input_is_truncated_not_empty(tmp_path, name):
+    import gzip
+
+    from swe.bulk.read import count_rows
+
+    (tmp_path / name).write_bytes(b"")
+    with pytest.raises(ValueError, match=r"cannot read it .*truncated or corrupt"):
+        count_rows(str(tmp_path / name), "text")
+    (tmp_path / "ok.txt.gz").write_bytes(gzip.compress(b""))  # an empty stream is empty text
+    assert count_rows(str(tmp_path / "ok.txt.gz"), "text") == 0
