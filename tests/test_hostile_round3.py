@@ -154,3 +154,23 @@ def test_a_zero_byte_compressed_input_is_truncated_not_empty(tmp_path, name):
         count_rows(str(tmp_path / name), "text")
     (tmp_path / "ok.txt.gz").write_bytes(gzip.compress(b""))  # an empty stream is empty text
     assert count_rows(str(tmp_path / "ok.txt.gz"), "text") == 0
+
+
+@pytest.mark.parametrize("line, needle", [
+    ('{"text": "a", "id": 123456789012345678901234567890}', "an integer beyond 64 bits"),
+    ('{"text": "a", "id": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+])
+def test_a_jsonl_id_too_big_or_too_deep_is_one_line_naming_the_file(tmp_path, line, needle,
+                                                                    ray_session):
+    from swe.bulk.options import EncodeOptions
+    from swe.bulk.read import plan, read_task
+
+    path = tmp_path / "ids.jsonl"
+    path.write_text(line + "\n")
+    opts = EncodeOptions(id_column="id")
+    with pytest.raises(ValueError, match=needle) as e:
+        descs, _ = plan([str(path)], "jsonl", ["text", "id"], 100)
+        import pyarrow as pa
+
+        list(read_task(pa.Table.from_pylist(descs), opts, {}))
+    assert str(path) in str(e.value)

@@ -141,6 +141,8 @@ def _record(path: str, lineno: int, line: str, cols: list[str]) -> tuple[list, b
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{path}:{lineno}: not valid JSON here (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise ValueError(f"{path}:{lineno}: not a JSON object")
     for c in cols:
@@ -205,6 +207,9 @@ def _table(rows: list, cols: list[str], path: str) -> pa.Table:
             kinds = sorted({type(x).__name__ for x in v if x is not None})
             raise ValueError(f"{path}: column {c!r} mixes {' and '.join(kinds)} values; give "
                              "every row the same type") from None
+        except OverflowError:
+            raise ValueError(f"{path}: column {c!r} holds an integer beyond 64 bits; store "
+                             "such ids as strings") from None
     return pa.table(out)
 
 
