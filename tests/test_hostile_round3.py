@@ -45,21 +45,22 @@ def test_evaluate_never_writes_its_report_over_an_input(tmp_path, where, capsys)
     assert {p: p.read_bytes() for p in before} == before
 
 
-def test_finetune_refuses_an_output_whose_work_folder_is_a_build_s(tmp_path, capsys):
-    from swe.finetune.job import FinetuneJob, _check_output
+def test_finetune_refuses_an_output_whose_work_folder_is_a_build_s(tmp_path):
+    from swe.finetune.job import finetune
 
     out = tmp_path / "build"
     (out / "work/vocab").mkdir(parents=True)
     (out / "work/vocab/_DONE.json").write_text("{}")
-    job = FinetuneJob(model=str(_model(tmp_path / "m")), data=str(tmp_path / "d.jsonl"),
-                      output=str(out))
+    model, data = str(_model(tmp_path / "m")), str(tmp_path / "d.jsonl")
     with pytest.raises(FileExistsError, match="not a killed swe finetune run's"):
-        _check_output(job)
+        finetune(model, data, str(out))
     assert (out / "work/vocab/_DONE.json").exists()
     (out / "work/vocab/_DONE.json").unlink()
     (out / "work/vocab").rmdir()
-    (out / "work/runs").mkdir()  # what a killed finetune leaves: resumed, not refused
-    _check_output(job)
+    (out / "work/runs").mkdir()  # what a killed finetune leaves: past the output check, it
+    with pytest.raises(Exception, match="no-such-model") as e:  # stops at the missing model
+        finetune(str(tmp_path / "no-such-model"), data, str(out))
+    assert not isinstance(e.value, FileExistsError)
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
@@ -127,10 +128,11 @@ def test_a_namespace_file_with_wrong_types_is_one_line(tmp_path, field, value, n
 
 def test_a_negative_seed_is_one_line_before_ray(tmp_path, capsys):
     from swe.clustering import quantize_model
-    from swe.finetune.job import FinetuneJob, _check
+    from swe.finetune.job import finetune
 
     with pytest.raises(ValueError, match="--seed must be"):
-        _check(FinetuneJob(model="m", data="d", output="o", seed=-1))
+        finetune(str(_model(tmp_path / "f")), str(tmp_path / "d.jsonl"), str(tmp_path / "o"),
+                 seed=-1)
     with pytest.raises(ValueError, match="--seed must be"):
         quantize_model(str(_model(tmp_path / "m")), str(tmp_path / "q"), 2, seed=-1)
 
