@@ -194,6 +194,13 @@ class ModelFolder:
         if v > version:
             raise ModelFileError(f"{path} has format version {v}; this swe reads <= {version}: "
                                  "upgrade swe")
+        if fmt == FORMAT:  # what a StaticModel does, stated in its config: nothing else is read
+            for key, only in (("pooling", "mean"), ("normalize", True)):
+                if key in config and config[key] != only:
+                    raise ModelFileError(
+                        f"{self.config_path}: {key} = {config[key]!r}, but a swe StaticModel "
+                        f"always has {key} = {json.dumps(only)} (mean of the word vectors, "
+                        "normalised); restore the value, or pool the vectors yourself")
         self.config = config
         self.files = config.get("files")
         if verify:

@@ -176,3 +176,16 @@ def test_a_jsonl_id_too_big_or_too_deep_is_one_line_naming_the_file(tmp_path, li
 
         list(read_task(pa.Table.from_pylist(descs), opts, {}))
     assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("key, value", [("pooling", "max"), ("normalize", False)])
+def test_a_config_promising_what_swe_does_not_do_is_refused(tmp_path, key, value, capsys):
+    import json
+
+    model = _model(tmp_path / "m")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, key: value}))
+    for command in ("info", "reseal"):  # checked before the checksum: resealing cannot pass it
+        assert main([command, str(model)]) == 2
+        err = capsys.readouterr().err
+        assert f"{key} = " in err and "always has" in err and err.count("\n") == 1, err
