@@ -189,3 +189,15 @@ def test_a_config_promising_what_swe_does_not_do_is_refused(tmp_path, key, value
         assert main([command, str(model)]) == 2
         err = capsys.readouterr().err
         assert f"{key} = " in err and "always has" in err and err.count("\n") == 1, err
+
+
+def test_a_device_or_pipe_as_an_sts_set_is_named_for_what_it_is(tmp_path):
+    from swe.eval.similarity import read_sts
+
+    fifo = tmp_path / "sts.tsv"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", fifo):
+        with pytest.raises(ValueError, match="is not a regular file"):
+            read_sts(path)
+    with pytest.raises(FileNotFoundError, match="STS file not found"):
+        read_sts(tmp_path / "missing.tsv")

@@ -18,6 +18,8 @@ __all__ = ["read_sts", "sts", "sts_dir"]
 def read_sts(path: str | os.PathLike) -> tuple[list[str], list[str], np.ndarray]:
     """An STS file (TSV or CSV) with ``sentence1``, ``sentence2`` and ``score`` columns."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a pipe or a device would block or never end
+        raise ValueError(f"{path} is not a regular file: an STS set is a TSV or CSV file")
     if not path.is_file():
         raise FileNotFoundError(f"STS file not found: {path}")
     delim = "," if path.suffix.lower() == ".csv" else "\t"
