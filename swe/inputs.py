@@ -14,8 +14,8 @@ from typing import Any, BinaryIO
 
 from swe.storage import data_path, filesystem, is_local
 
-__all__ = ["check_regular_file", "corrupt_stream", "expand_inputs", "input_format",
-           "is_text_type", "iter_lines", "open_input", "peek_lines", "present"]
+__all__ = ["check_path_text", "check_regular_file", "corrupt_stream", "expand_inputs",
+           "input_format", "is_text_type", "iter_lines", "open_input", "peek_lines", "present"]
 
 log = logging.getLogger("swe.inputs")
 
@@ -79,10 +79,16 @@ def present(paths: list[str]) -> list[str]:
     return out
 
 
+def check_path_text(given: str, what: str = "") -> None:
+    """Refuse a path that is empty, blank or holds a NUL byte (``what``: the option named)."""
+    if not given.strip() or "\0" in given:
+        raise ValueError(f"{what + ' ' if what else ''}{given!r} is not a path (empty, or "
+                         "holding a NUL byte)")
+
+
 def _matches(given: str) -> list[str]:
     """The files one path, glob or directory names, sorted."""
-    if not given.strip() or "\0" in given:
-        raise ValueError(f"{given!r} is not a path (empty, or holding a NUL byte)")
+    check_path_text(given)
     pattern = data_path(given)
     hint = f" ({given}: set SWE_DATA to the data root)" if given.startswith("{data}/") else ""
     fs, path = filesystem(pattern)

@@ -60,13 +60,17 @@ def _sh(cmd: list[str], **kw) -> float:
     return round(time.perf_counter() - t, 1)
 
 
+def _copy_teacher_files(src: Path, out: Path) -> None:
+    for name in TEACHER_FILES:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / name, out / name)
+
+
 def teacher_fp32(fp16_dir: Path, out: Path) -> Path:
     """The float16 teacher back in float32 (every runtime loads it as usual)."""
     from safetensors.numpy import load_file, save_file
 
-    for name in TEACHER_FILES:
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(fp16_dir / name, out / name)
+    _copy_teacher_files(fp16_dir, out)
     tensors = load_file(fp16_dir / "model.safetensors")
     save_file({k: v.astype("float32") if v.dtype == "float16" else v
                for k, v in tensors.items()}, out / "model.safetensors")
@@ -99,9 +103,7 @@ def assets(out: Path) -> None:
     from swe.build.teacher import minilm_dir
 
     src, teacher = minilm_dir(), out / "teacher"
-    for name in TEACHER_FILES:
-        (teacher / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src / name, teacher / name)
+    _copy_teacher_files(src, teacher)
     save_file({k: v.astype("float16") for k, v in load_file(src / "model.safetensors").items()},
               teacher / "model.safetensors")
     stsb = out / "data/eval/sts/stsb"
@@ -189,6 +191,13 @@ def run(assets_dir: Path, report: Path, rehearse: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    given = args.assets if args.command == "assets" else getattr(args, "report", None)
+    if given is not None and (not given.strip() or "\0" in given):
+        parser().error(f"{given!r} is not a path (empty, or holding a NUL byte)")
+    if args.command == "assets" and Path(given).exists():  # never written over
+        parser().error(f"{given} exists: name a new folder")
+    if args.command == "run" and Path(given).is_dir():
+        parser().error(f"{given} is a folder: name the report's file")
     if args.command == "assets":
         assets(Path(args.assets).resolve())
     elif args.command == "install":

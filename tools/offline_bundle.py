@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not re.fullmatch(r"3\.\d+", args.python):
         parser().error(f"--python {args.python!r}: give X.Y, e.g. 3.12")
+    if not args.output.strip() or "\0" in args.output:
+        parser().error(f"--output {args.output!r} is not a path (empty, or holding a NUL byte)")
     m = build_bundle(args.python, Path(args.output))
     for name, w in sorted(m["wheels"].items(), key=lambda kv: -kv[1]["bytes"]):
         print(f"{w['bytes'] / 2**20:7.2f} MiB  {name}")

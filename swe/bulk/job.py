@@ -35,7 +35,7 @@ from swe.bulk import layout
 from swe.bulk.encoder import Encoder
 from swe.bulk.options import DTYPES, EncodeOptions
 from swe.bulk.read import check_types, plan, read_task
-from swe.inputs import expand_inputs, input_format
+from swe.inputs import check_path_text, expand_inputs, input_format
 from swe.lease import Lease
 from swe.raysetup import user_error
 
@@ -218,8 +218,7 @@ def encode_files(model: str, inputs: list[str], output: str, *,
 
     opts = options or EncodeOptions()
     for p in inputs:  # before absolute(), which would read '' as the working directory
-        if not p.strip() or "\0" in p:
-            raise ValueError(f"--input {p!r} is not a path (empty, or holding a NUL byte)")
+        check_path_text(p, "--input")
     model, output = storage.absolute(model), storage.output_url(output)
     inputs = [storage.absolute(p) for p in inputs]  # workers may run in another directory
     files = expand_inputs(inputs)

@@ -71,8 +71,8 @@ def _check_output(job: FinetuneJob) -> None:
         if not fs.isdir(path) or names - {"work"}:
             raise FileExistsError(f"--output {job.output} exists and holds more than a killed "
                                   "run's work/ folder; name a new folder")
-        work = {n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(f"{path}/work")} if names else ()
-        if names and set(work) - {"runs"}:  # a build's work/ (corpus/, vocab/, ...) is not ours
+        work = {n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(f"{path}/work")} if names else set()
+        if work - {"runs"}:  # a build's work/ (corpus/, vocab/, ...) is not ours
             raise FileExistsError(f"--output {job.output} holds a work/ folder that is not a "
                                   "killed swe finetune run's (it would be deleted); name a new "
                                   "folder")
