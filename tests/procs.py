@@ -15,9 +15,12 @@ import time
 # change no result, only how long idle workers live.
 # Ray Train's controller polls its workers every 2 s; the tests poll every 0.5 s, so the end of a
 # run and a killed worker are seen sooner. Like the two above, latency only: no result changes.
+# Ray Train's preemption watcher (one more actor process per run, ~1.5 CPU-s here) watches for
+# cloud nodes about to be reclaimed; the tests' nodes never are, and no test depends on it.
 WARM_WORKERS = {"RAY_num_workers_soft_limit": "8",
                 "RAY_idle_worker_killing_time_threshold_ms": "60000",
-                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+                "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 def own_env() -> dict[str, str]:
@@ -25,6 +28,15 @@ def own_env() -> dict[str, str]:
     session (no RAY_ADDRESS), usage stats off, warm workers kept."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     return {**env, "RAY_USAGE_STATS_ENABLED": "0", **WARM_WORKERS}
+
+
+def joined_env() -> dict[str, str]:
+    """The environment for a subprocess driver that joins this session's Ray (as a driver under
+    ``ray job submit`` joins its cluster) instead of starting a local one: seconds of start-up
+    saved per driver. A killed driver's job ends, and Ray stops that job's workers and actors."""
+    import ray
+
+    return {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
 
 
 def _parent(pid: int) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from procs import own_env
+from procs import joined_env
 from test_bulk import small_glove
 
 from swe import StaticModel
@@ -26,7 +26,7 @@ FILES, ROWS, PART = 4, 12_000, 2_400  # 20 parts of 2,400 rows
 
 
 def _kill_group(pgid: int) -> None:
-    """SIGKILL the job's process group: its driver and its own local Ray."""
+    """SIGKILL the job's process group (its driver; Ray, which it joined, ends its job)."""
     for _ in range(100):
         try:
             os.killpg(pgid, signal.SIGKILL)
@@ -36,8 +36,8 @@ def _kill_group(pgid: int) -> None:
 
 
 def _job(model: str, src: Path, out: Path, log: Path) -> subprocess.Popen:
-    """``pipelines/encode.py`` in its own session with its own local Ray."""
-    env = own_env()
+    """``pipelines/encode.py`` in its own session, joined to the test session's Ray."""
+    env = joined_env()
     args = [sys.executable, "pipelines/encode.py", "--model", model, "--input", str(src),
             "--output", str(out), "--part-rows", str(PART), "--max-actors", "2", "--tokens"]
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -65,8 +65,7 @@ def corpus(data_dir, tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.own_ray_cluster  # its jobs start their own Ray: run before the session's exists
-def test_killed_driver_resumes(glove, corpus, tmp_path):
+def test_killed_driver_resumes(ray_session, glove, corpus, tmp_path):
     model, out = str(tmp_path / "glove"), tmp_path / "out"
     small_glove(glove).save(model)
     t0 = time.perf_counter()

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from procs import joined_env, own_ray_pids
 from procs import kill_session as _kill_session
-from procs import own_env, own_ray_pids
 
 from swe import StaticModel
 from swe.build import ConfigError, build, load_config
@@ -116,9 +116,8 @@ def test_killed_extraction_actor_gives_the_same_model(reference, tmp_path, corpu
 
 
 def _driver(out: Path, corpus: Path, log: Path, extra: list[str] = ()) -> subprocess.Popen:
-    """``pipelines/build.py`` in its own session with its own local Ray (no RAY_* from the test
-    session's Ray in its environment)."""
-    env = own_env()
+    """``pipelines/build.py`` in its own session, joined to the test session's Ray."""
+    env = joined_env()
     args = [sys.executable, "pipelines/build.py", "--config", QUICK, "--output", str(out)]
     for item in [*_overrides(corpus), *extra]:
         args += ["--set", item]
@@ -137,10 +136,10 @@ def _kill_driver_inside(out: Path, corpus: Path, log: Path, marker: str, stage: 
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.time() < deadline, f"no {marker} appeared"
             time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)  # the driver dies mid-stage ...
+        os.kill(proc.pid, signal.SIGKILL)  # the driver dies mid-stage (Ray ends its job)
         proc.wait()
     finally:
-        _kill_session(proc.pid)  # ... and so does its local Ray
+        _kill_session(proc.pid)
     assert not _done(out, stage), f"{stage} finished before the kill"
 
 

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from procs import own_env, own_ray_pids
+from procs import own_ray_pids
 
 from swe import StaticModel, storage
 from swe.build import build, load_config
@@ -143,21 +143,22 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared)
 
 def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_runs(
         tmp_path, corpus, caplog, prepared):
-    """Issue 14: SIGKILL the driver (and its local Ray) once refine has a checkpoint; the
+    """Issue 14: SIGKILL the driver (joined to the session's Ray, as under ``ray job submit``:
+    Ray ends its job, Train controller and workers) once refine has a checkpoint; the
     rerun (in this process) resumes from it (no step repeated). A killed run's checkpoints,
     then a changed refine config: they are removed, and the log says so."""
     import subprocess
     import sys
     from pathlib import Path
 
-    from procs import kill_session
+    from procs import joined_env, kill_session
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "refine-kill"
     shutil.copytree(prepared[0], out)  # the driver is killed inside refine
     base = [*SMALL, *SELECTED, f"corpus.en.paths=['{corpus}']", "refine.objective='distill'",
             "refine.max_steps=25", "refine.patience=1000"]
-    env = own_env()
+    env = joined_env()
 
     def driver(extra, log_name):
         args = [sys.executable, "pipelines/build.py", "--config",

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from procs import joined_env
 
 from swe.build import build, load_config
 from swe.build.config import ConfigError
@@ -110,9 +111,8 @@ def test_a_build_killed_while_writing_the_store_resumes_to_the_same_model(tmp_pa
     cmd = [sys.executable, str(ROOT / "pipelines/build.py"), "--config",
            str(ROOT / "pipelines/configs/quickstart.toml"), "--output", str(out), *sets,
            "--until", "extraction"]
-    env = {**os.environ, "RAY_ADDRESS": ""}
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+    p = subprocess.Popen(cmd, env=joined_env(), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 240
     while time.time() < deadline and not list(store.rglob("*.parquet")):
         time.sleep(0.2)
@@ -132,13 +132,12 @@ def test_a_build_killed_while_writing_the_store_resumes_to_the_same_model(tmp_pa
 def test_two_builds_writing_one_store_at_once(tmp_path, corpus, cold):
     """Concurrent writers never clobber each other: both builds finish with the cold model, and
     a third build finds every sentence."""
-    import ray
 
     result, digests, _, _ = cold
     store = tmp_path / "store"
     # Both drivers join this session's Ray (two clients of one cluster, one teacher actor
     # each, so the two builds fit its 2 CPUs side by side) rather than start one each.
-    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    env = joined_env()
     procs = []
     for name in ("a", "b"):
         sets = [a for s in [*_small(corpus, store), "extraction.actors=1"]
