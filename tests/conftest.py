@@ -3,6 +3,7 @@ loopback, and one real Ray instance per test session."""
 
 from __future__ import annotations
 
+import compileall
 import os
 import socket
 from pathlib import Path
@@ -17,6 +18,13 @@ for _key, _value in WARM_WORKERS.items():  # before any Ray starts (tests/procs.
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_root()
+
+# Where PYTHONDONTWRITEBYTECODE=1 is set (this box's shell sets it), no process caches bytecode
+# for the editable checkout: every Ray worker and subprocess driver compiled swe/ from source
+# again (0.1-0.3 s each, hundreds of them). pip compiled the installed packages at install; this
+# does the same for the checkout's code, once per session (about 1 s; stale files are ignored).
+for _folder in ("swe", "pipelines", "benchmarks"):
+    compileall.compile_dir(ROOT / _folder, quiet=1)
 BUCKET = "swe-test"
 
 
