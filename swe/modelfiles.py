@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import posixpath
 import stat
@@ -73,10 +74,24 @@ def sealed(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, SEAL: _seal_of(config)}
 
 
+def _json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (a provenance score that could not be
+    computed) replaced by ``None``: ``json.dumps`` would write ``NaN``, which is not JSON, and
+    other languages' parsers (model2vec's Rust loader, JavaScript) refuse the whole file."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def _write_config(target: str, config: dict[str, Any], files: dict[str, bytes]) -> None:
-    config = sealed({**config, "files": {n: {"bytes": len(d), "sha256": _sha256(d)}
-                                         for n, d in files.items()}})
-    storage.write_bytes(target, json.dumps(config, indent=2, ensure_ascii=False).encode("utf-8"))
+    config = sealed({**_json_safe(config), "files": {n: {"bytes": len(d), "sha256": _sha256(d)}
+                                                    for n, d in files.items()}})
+    storage.write_bytes(target, json.dumps(config, indent=2, ensure_ascii=False,
+                                           allow_nan=False).encode("utf-8"))
 
 
 def write_folder(path: str, files: dict[str, bytes], config: dict[str, Any],

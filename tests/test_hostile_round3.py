@@ -201,3 +201,19 @@ def test_a_device_or_pipe_as_an_sts_set_is_named_for_what_it_is(tmp_path):
             read_sts(path)
     with pytest.raises(FileNotFoundError, match="STS file not found"):
         read_sts(tmp_path / "missing.tsv")
+
+
+def test_a_non_finite_provenance_value_is_written_as_null_so_the_config_is_json(tmp_path):
+    """A NaN or infinite score in provenance (a dev metric that could not be computed) made
+    ``config.json`` hold ``NaN``: Python reads it, strict JSON parsers refuse the whole file."""
+    import json
+
+    def strict(text: str):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in config.json"))
+
+    provenance = {"dev": {"score": float("nan"), "best": [1.5, float("inf")]}, "steps": 3}
+    StaticModel.from_vectors(["a", "b"], np.eye(2, dtype=np.float32),
+                             provenance=provenance).save(str(tmp_path / "m"))
+    config = strict((tmp_path / "m" / "config.json").read_text())
+    assert config["provenance"] == {"dev": {"score": None, "best": [1.5, None]}, "steps": 3}
+    assert StaticModel.load(str(tmp_path / "m")).provenance == config["provenance"]
