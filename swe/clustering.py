@@ -67,6 +67,7 @@ class _Source:
 def _source(model: str) -> _Source:
     """The source's layout from its checked ``config.json`` and the safetensors header."""
     folder = ModelFolder(model)
+    folder.check_sizes()  # a cut file: one line before Ray starts (the checksum: in a task)
     if folder.get("clusters", int, None) is not None:
         raise ValueError(f"{model} is already clustered; quantize the model it was made from")
     url = storage.join(model, "model.safetensors")

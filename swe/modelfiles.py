@@ -234,6 +234,22 @@ class ModelFolder:
             raise ModelFileError(f"{self.config_path}: 'files' (sizes and checksums) is missing;"
                                  " save the model again")
 
+    def check_sizes(self) -> None:
+        """Every recorded file has its recorded size (metadata only, no file read): a job that
+        hands the folder to its workers refuses a truncated file before any work."""
+        for name, entry in (self.files or {}).items():
+            path = confined(self.path, name, name)
+            fs, local = storage.filesystem(path)
+            try:
+                size = fs.size(local)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{path} is missing; save the model again") from None
+            if isinstance(entry, dict) and size != entry.get("bytes"):
+                raise ModelFileError(
+                    f"{path} does not match the size in {CONFIG} ({size:,} bytes, "
+                    f"{entry.get('bytes')!r} recorded): the save was interrupted or the file "
+                    "was changed; save the model again")
+
     def get(self, key: str, kinds: type | tuple[type, ...], default: Any = ...) -> Any:
         """A ``config.json`` value of the expected type, else an error naming key and file."""
         if key not in self.config:

@@ -217,3 +217,24 @@ def test_a_non_finite_provenance_value_is_written_as_null_so_the_config_is_json(
     config = strict((tmp_path / "m" / "config.json").read_text())
     assert config["provenance"] == {"dev": {"score": None, "best": [1.5, None]}, "steps": 3}
     assert StaticModel.load(str(tmp_path / "m")).provenance == config["provenance"]
+
+
+@pytest.mark.parametrize("command", ["finetune", "quantize"])
+def test_a_cut_matrix_file_is_one_line_before_any_work(tmp_path, command, capsys):
+    """A truncated model.safetensors: finetune's Train worker died on it with a traceback (the
+    size was checked nowhere before the workers), quantize started Ray first."""
+    import json
+
+    model = tmp_path / "m"
+    StaticModel.from_vectors(["good", "bad", "movie"], np.eye(3, dtype=np.float32)).save(model)
+    matrix = model / "model.safetensors"
+    matrix.write_bytes(matrix.read_bytes()[:40])
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"text": t, "label": t}) for t in ["good", "bad"] * 5))
+    args = {"finetune": ["finetune", "--model", str(model), "--data", str(data),
+                         "--text-column", "text", "--label-column", "label"],
+            "quantize": ["quantize", str(model), "--clusters", "2"]}[command]
+    assert main([*args, "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "model.safetensors does not match the size" in err and "Traceback" not in err
+    assert "ray:" not in err and not (tmp_path / "out").exists()

@@ -115,7 +115,7 @@ def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
     _check_output(job)
     from swe.modelfiles import ModelFolder
 
-    ModelFolder(job.model)  # a missing or damaged model is one line before any work
+    ModelFolder(job.model).check_sizes()  # a missing or cut model: one line before any work
     t0 = time.perf_counter()
     init_ray()
     inspect = ray.remote(num_cpus=0.5)(_inspect)
