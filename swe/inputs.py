@@ -15,7 +15,8 @@ from typing import Any, BinaryIO
 from swe.storage import data_path, filesystem, is_local
 
 __all__ = ["check_path_text", "check_regular_file", "corrupt_stream", "expand_inputs",
-           "input_format", "is_text_type", "iter_lines", "open_input", "peek_lines", "present"]
+           "input_format", "is_text_type", "iter_lines", "open_input", "peek_lines", "present",
+           "refuse_utf16"]
 
 log = logging.getLogger("swe.inputs")
 
@@ -222,6 +223,8 @@ def peek_lines(path: str, limit: int = 2) -> list[bytes]:
         with open_input(path) as f:
             for line in iter_lines(f, 1 << 16):
                 if line.strip():
+                    if not out:
+                        refuse_utf16(path, line)
                     out.append(line.removeprefix(b"\xef\xbb\xbf") if not out else line)
                     if len(out) == limit:
                         break
@@ -231,6 +234,16 @@ def peek_lines(path: str, limit: int = 2) -> list[bytes]:
         raise ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: "
                          f"{e}); re-create or re-download it") from None
     return out
+
+
+def refuse_utf16(path: str, head: bytes) -> None:
+    """Refuse, naming it, a UTF-16 or UTF-32 text file: ``head`` (its first bytes or line)
+    starts with such a byte-order mark or is a quarter NUL bytes. Read as UTF-8 it would be
+    valid text of NUL-separated letters: garbage vectors, and no error."""
+    first = head.split(b"\n", 1)[0]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or 0 < len(first) < 4 * first.count(b"\0"):
+        raise ValueError(f"{path} is UTF-16 or UTF-32 text, not UTF-8: convert it (e.g. "
+                         f"iconv -f UTF-16 -t UTF-8 {path} > {path}.utf8) and pass that")
 
 
 def is_text_type(kind: Any) -> bool:

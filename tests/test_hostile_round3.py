@@ -238,3 +238,23 @@ def test_a_cut_matrix_file_is_one_line_before_any_work(tmp_path, command, capsys
     err = capsys.readouterr().err
     assert "model.safetensors does not match the size" in err and "Traceback" not in err
     assert "ray:" not in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_utf16_text_is_refused_by_name_before_any_work(tmp_path, encoding, ray_session):
+    """UTF-16 read as UTF-8 is valid text of NUL-separated letters: it was built and encoded
+    without a word (one row in three counted as invalid UTF-8 at most)."""
+    from swe.build import ConfigError, load_config
+    from swe.bulk.read import plan
+
+    path = tmp_path / "u16.txt"
+    path.write_bytes("A man plays a guitar.\nA woman reads a book.\n".encode(encoding))
+    with pytest.raises(ConfigError, match=r"u16.txt is UTF-16 or UTF-32 text, not UTF-8"):
+        load_config("quickstart", [f"corpus.en.paths=['{path}']"], output=str(tmp_path / "o"))
+    for kind in ("text", "jsonl"):
+        with pytest.raises(ValueError, match=r"u16.txt is UTF-16 or UTF-32 text"):
+            plan([str(path)], kind, ["text"], 100)
+    utf8 = tmp_path / "ok.txt"  # UTF-8, with its own byte-order mark, is still read
+    utf8.write_bytes(b"\xef\xbb\xbfA man plays a guitar.\n")
+    load_config("quickstart", [f"corpus.en.paths=['{utf8}']"], output=str(tmp_path / "o"))
+    plan([str(utf8)], "text", ["text"], 100)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe.bulk.options import EncodeOptions
-from swe.inputs import input_format, is_text_type, iter_lines, open_input
+from swe.inputs import input_format, is_text_type, iter_lines, open_input, refuse_utf16
 
 __all__ = ["check_types", "count_rows", "plan", "read_task"]
 
@@ -81,30 +81,34 @@ def _describe(index: int, path: str, cols: list[str], part_rows: int
     return out, meta.num_rows, types
 
 
-def _peek_jsonl(path: str, cols: list[str]) -> None:
-    """Check the first record of a JSONL file has the columns asked for (before any work)."""
+def _peek(path: str, cols: list[str], kind: str) -> None:
+    """Before any work: a text file is not UTF-16; a JSONL file's first record has the columns
+    asked for."""
     with named(path), open_input(path) as f:
         for lineno, raw in enumerate(iter_lines(f, 1 << 16), 1):
             if raw.strip():
-                _record(path, lineno, raw.decode("utf-8", errors="replace"), cols)
+                refuse_utf16(path, raw)
+                if kind == "jsonl":
+                    _record(path, lineno, raw.decode("utf-8", errors="replace"), cols)
                 return
 
 
 def plan(files: list[str], fmt: str, cols: list[str], part_rows: int) -> tuple[list[dict], list]:
     """Read descriptors (one per text file or Parquet row group) and refs to each file's row
-    count, in file order. Parquet footers and each JSONL file's first record are checked now;
-    text files are counted by tasks that run alongside the job."""
+    count, in file order. Parquet footers, each JSONL file's first record and each text file's
+    first line (not UTF-16) are checked now; text files are counted by tasks that run alongside
+    the job."""
     import ray
 
     from swe.raysetup import get
 
     describe = ray.remote(num_cpus=0.25)(_describe)
-    peek = ray.remote(num_cpus=0.25)(_peek_jsonl)
+    peek = ray.remote(num_cpus=0.25)(_peek)
     count = ray.remote(num_cpus=0.25)(count_rows)
     kinds = [input_format(p, fmt)[0] for p in files]
     described = {i: describe.remote(i, p, cols, part_rows)
                  for i, (p, k) in enumerate(zip(files, kinds, strict=True)) if k == "parquet"}
-    get([peek.remote(p, cols) for p, k in zip(files, kinds, strict=True) if k == "jsonl"])
+    get([peek.remote(p, cols, k) for p, k in zip(files, kinds, strict=True) if k != "parquet"])
     tasks: list[dict] = []
     counts: list = []
     typed: dict[str, tuple[str, str]] = {}  # column -> (type, the first file with it)
