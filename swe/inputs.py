@@ -237,11 +237,13 @@ def peek_lines(path: str, limit: int = 2) -> list[bytes]:
 
 
 def refuse_utf16(path: str, head: bytes) -> None:
-    """Refuse, naming it, a UTF-16 or UTF-32 text file: ``head`` (its first bytes or line)
-    starts with such a byte-order mark or is a quarter NUL bytes. Read as UTF-8 it would be
-    valid text of NUL-separated letters: garbage vectors, and no error."""
+    """Refuse, naming it, a UTF-16 or UTF-32 text file: ``head`` (its first line) holds NUL
+    bytes after such a byte-order mark, or is a quarter NUL bytes without one. Read as UTF-8 it
+    would be valid text of NUL-separated letters: garbage vectors, and no error. (A line that
+    merely starts with the mark's bytes is invalid UTF-8, counted as such.)"""
     first = head.split(b"\n", 1)[0]
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or 0 < len(first) < 4 * first.count(b"\0"):
+    nul = first.count(b"\0")
+    if (first.startswith((b"\xff\xfe", b"\xfe\xff")) and nul) or 0 < len(first) < 4 * nul:
         raise ValueError(f"{path} is UTF-16 or UTF-32 text, not UTF-8: convert it (e.g. "
                          f"iconv -f UTF-16 -t UTF-8 {path} > {path}.utf8) and pass that")
 

@@ -258,3 +258,11 @@ def test_utf16_text_is_refused_by_name_before_any_work(tmp_path, encoding, ray_s
     utf8.write_bytes(b"\xef\xbb\xbfA man plays a guitar.\n")
     load_config("quickstart", [f"corpus.en.paths=['{utf8}']"], output=str(tmp_path / "o"))
     plan([str(utf8)], "text", ["text"], 100)
+
+
+def test_a_line_that_merely_starts_with_the_utf16_mark_is_invalid_utf8_not_utf16(tmp_path):
+    from swe.inputs import peek_lines
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"\xff\xfe broken line\nA man plays a guitar.\n")
+    assert peek_lines(str(path), 2)[1] == b"A man plays a guitar."
