@@ -183,6 +183,12 @@ def _missing(path: str, config_name: str) -> str:
             "the model again)")
 
 
+def _damaged(path: str, differs: str) -> ModelFileError:
+    """The error for a model file that differs (``differs``: how) from what config.json records."""
+    return ModelFileError(f"{path} does not match the size and checksum in {CONFIG} ({differs}): "
+                          "the save was interrupted or the file was changed; save the model again")
+
+
 class ModelFolder:
     """A saved model's folder: its checked ``config.json`` and checksummed, confined files."""
 
@@ -245,10 +251,7 @@ class ModelFolder:
             except FileNotFoundError:
                 raise FileNotFoundError(f"{path} is missing; save the model again") from None
             if isinstance(entry, dict) and size != entry.get("bytes"):
-                raise ModelFileError(
-                    f"{path} does not match the size in {CONFIG} ({size:,} bytes, "
-                    f"{entry.get('bytes')!r} recorded): the save was interrupted or the file "
-                    "was changed; save the model again")
+                raise _damaged(path, f"{size:,} bytes, {entry.get('bytes')!r} recorded")
 
     def get(self, key: str, kinds: type | tuple[type, ...], default: Any = ...) -> Any:
         """A ``config.json`` value of the expected type, else an error naming key and file."""
@@ -275,11 +278,8 @@ class ModelFolder:
         data = _read_limited(path, limit)
         if entry is not None and (len(data) != entry.get("bytes")
                                   or _sha256(data) != entry.get("sha256")):
-            differs = (f"{len(data):,} bytes read, {entry.get('bytes')!r} recorded"
-                       if len(data) != entry.get("bytes") else "same size, different SHA-256")
-            raise ModelFileError(
-                f"{path} does not match the size and checksum in {CONFIG} ({differs}): the save "
-                "was interrupted or the file was changed; save the model again")
+            raise _damaged(path, f"{len(data):,} bytes read, {entry.get('bytes')!r} recorded"
+                           if len(data) != entry.get("bytes") else "same size, different SHA-256")
         return data
 
     def read_text(self, name: str, what: str, limit: int = MAX_FILE_BYTES) -> str:
