@@ -119,7 +119,7 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared)
         while time.time() < deadline:
             # the controller's snapshot is written once a checkpoint is registered
             workers = own_ray_pids(b"ray::RayTrainWorker")
-            if list(runs.glob("*/checkpoint_manager_snapshot.json")) and workers:
+            if _snapshot_names_a_checkpoint(runs) and workers:
                 for pid in workers:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
@@ -139,6 +139,18 @@ def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared)
     with safe_open(str(last), "pt") as f:
         assert {"proj", "proj.exp_avg", "proj.exp_avg_sq"} <= set(f.keys())
         assert tuple(f.get_tensor("proj").shape) == (64, 384)  # pca.dim -> MiniLM's dimension
+
+
+def _snapshot_names_a_checkpoint(runs) -> bool:
+    """Whether a run's Ray Train snapshot names a checkpoint: it is written in place, not
+    renamed into place, so its file exists before its contents do."""
+    for snapshot in runs.glob("*/checkpoint_manager_snapshot.json"):
+        try:
+            if json.loads(snapshot.read_text()).get("checkpoint_results"):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_runs(
@@ -175,8 +187,7 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
         try:
             deadline = time.time() + 400
             # the controller's snapshot is written once a checkpoint is registered
-            while not list((out / "work/refine/runs").glob(
-                    "refine-*/checkpoint_manager_snapshot.json")):
+            while not _snapshot_names_a_checkpoint(out / "work/refine/runs"):
                 assert proc.poll() is None, log.read_text()[-3000:]
                 assert time.time() < deadline, "no refine checkpoint appeared"
                 time.sleep(0.1)

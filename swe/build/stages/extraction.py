@@ -74,7 +74,7 @@ class ExtractionConfig:
     batch_size: int = field(default=1024, metadata={
         "min": 1, "help": "sentences handed to an actor at once"})
     job_sentences: int = field(default=100_000, metadata={
-        "min": 1, "help": "sentences per Ray Data job: the unit of resumption"})
+        "min": 1, "help": "sentences per wave, the unit of resumption (one job runs them all)"})
     partitions: int = field(default=0, metadata={
         "min": 0, "help": "word partitions of the sums; 0 = from V (the result is the same)"})
 
@@ -96,6 +96,7 @@ class Result(StageResult):
     word_vectors: int = 0
     sentences_per_s: float = 0.0
     actor_busy: float = 0.0  # the share of the wall time the actors spent in their batches
+    actor_processes: int = 0  # the actors that ran batches: one pool serves every wave
     teacher_passes: int = 0  # sentences this run sent through the teacher
     store_hits: int = 0  # sentences served by the teacher-output store
     store_bytes: int = 0  # the store namespace's size after this run
@@ -166,13 +167,13 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     attempt = uuid.uuid4().hex[:12]  # this run's folders: a killed run's writers never reach them
     served: dict[str, int] = {}
     if ctx.cfg.extraction.mode == "model2vec":
-        waves = _model2vec_waves(ctx)
+        waves, source = _model2vec_waves(ctx)
     elif ctx.store is not None:
         served, misses = _serve_from_store(ctx, st, offsets, total, p, attempt)
-        waves = _sentence_waves(ctx, misses)
+        waves, source = _sentence_waves(ctx, misses)
     else:
-        waves = _sentence_waves(ctx, selected_parts(ctx))
-    stats = _extract(ctx, st, offsets, total, p, waves, attempt)
+        waves, source = _sentence_waves(ctx, selected_parts(ctx))
+    stats = _extract(ctx, st, offsets, total, p, waves, source, attempt)
     sources = [wave_dir(st, w) for w in range(len(waves))] + \
         ([f"store-{attempt}"] if served else [])
     reduce = remote(reduce_sums, 256 * MiB + (total // p + 1) * 4096 * 3, "extraction (reduce)",
@@ -238,11 +239,12 @@ def _serve_from_store(ctx: BuildContext, st: StageDir, offsets: dict[str, int], 
     return {"store_hits": hits}, urls
 
 
-Wave = tuple[dict[str, int], Callable[[], Any]]
+Wave = dict[str, int]  # a group of parts (the unit of resumption): each part's sentence count
+Source = Callable[[list[Wave]], Any]  # the waves → one Ray Data dataset of their sentences
 
 
-def _model2vec_waves(ctx: BuildContext) -> list[Wave]:
-    """One job over every vocabulary entry, each its own "sentence"."""
+def _model2vec_waves(ctx: BuildContext) -> tuple[list[Wave], Source]:
+    """One wave over every vocabulary entry, each its own "sentence"."""
     import ray
 
     rows = []
@@ -251,33 +253,35 @@ def _model2vec_waves(ctx: BuildContext) -> list[Wave]:
             rows.append({"sid": len(rows), "text": w, "lang": lang, "word_ids": [i],
                          "part": "m2v"})
     blocks = max(1, math.ceil(len(rows) / ctx.cfg.extraction.batch_size))
-    return [({"m2v": len(rows)}, lambda: ray.data.from_items(rows, override_num_blocks=blocks))]
+    return [{"m2v": len(rows)}], lambda _: ray.data.from_items(rows, override_num_blocks=blocks)
 
 
-def _sentence_waves(ctx: BuildContext, urls: list[str]) -> list[Wave]:
-    """Ray Data jobs ("waves") of about ``extraction.job_sentences`` sentences over Parquet
-    files of selected sentences, in a fixed order (a wave is the unit of resumption)."""
+def _sentence_waves(ctx: BuildContext, urls: list[str]) -> tuple[list[Wave], Source]:
+    """Waves of about ``extraction.job_sentences`` sentences over Parquet files of selected
+    sentences, in a fixed order, and their source: one read of the files of the waves asked
+    for, streamed in blocks of at most ``extraction.batch_size`` rows so that every actor stays
+    busy (a part is one file, one block, otherwise)."""
     import ray
 
-    sized = []
+    sized, url_of = [], {}
     for url in urls:
         fs, path = storage.filesystem(url)
         with fs.open(path, "rb") as fh:
             sized.append((url, pq.ParquetFile(fh).metadata.num_rows))
+        url_of[part_key(url)] = url
     waves, group = [], []
     for i, item in enumerate(sized):
         group.append(item)
         if sum(g[1] for g in group) >= ctx.cfg.extraction.job_sentences or i == len(sized) - 1:
-            expected = {part_key(u): n for u, n in group}
-            pafs, _ = storage.pyarrow_filesystem(group[0][0])
-            paths = [storage.pyarrow_filesystem(u)[1] for u, _ in group]
-            # Enough blocks that every actor stays busy (a part is one file otherwise).
-            blocks = max(len(paths), math.ceil(sum(expected.values())
-                                               / ctx.cfg.extraction.batch_size))
-            waves.append((expected, lambda p=paths, fs_=pafs, nb=blocks: ray.data.read_parquet(
-                p, filesystem=fs_, include_paths=True, override_num_blocks=nb).repartition(nb)))
+            waves.append({part_key(u): n for u, n in group})
             group = []
-    return waves
+
+    def source(todo: list[Wave]) -> Any:
+        paths = [storage.pyarrow_filesystem(url_of[part])[1] for w in todo for part in w]
+        return ray.data.read_parquet(
+            paths, filesystem=storage.pyarrow_filesystem(urls[0])[0], include_paths=True,
+        ).repartition(target_num_rows_per_block=ctx.cfg.extraction.batch_size)
+    return waves, source
 
 
 def wave_dir(st: StageDir, w: int) -> str:
@@ -298,9 +302,10 @@ def drop_stale(st: StageDir, keep: list[str]) -> None:
 
 
 def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int, p: int,
-             waves: list[Wave], attempt: str) -> dict:
-    """Run the unfinished waves through the teacher actor pool (one progress line with an
-    ETA over all of them); mark each when every one of its parts' sentences is accounted for."""
+             waves: list[Wave], source: Source, attempt: str) -> dict:
+    """Run the unfinished waves through one teacher actor pool, as one Ray Data job (one
+    progress line with an ETA over all of them; the actors load the teacher once, not once per
+    wave); mark each wave as soon as every sentence of its parts is accounted for."""
     import ray
 
     todo = [w for w in range(len(waves)) if not st.shard_done(f"wave-{w:05d}")]
@@ -309,23 +314,27 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
     if not todo:
         return {}
     ex = ctx.cfg.extraction
+    names = {w: f"wave{w:05d}-{attempt}" for w in todo}  # new to this run
+    targets = targets_url(st.dir) if writes_targets(ctx.cfg) else None
+    for name in names.values():
+        storage.remove_tree(st.path("sums", name))
+        storage.remove_tree(storage.join(targets_url(st.dir), name))
     n_actors = actor_count(ex.actors, ex.gpus_per_actor, ex.threads_per_actor)
-    pool = {"batch_size": ex.batch_size, "batch_format": "pyarrow",
-            "compute": ray.data.ActorPoolStrategy(size=n_actors), "num_cpus": ex.cpus_per_actor,
-            "num_gpus": ex.gpus_per_actor or None, "fn_constructor_kwargs": {
-                "teacher_dir": ctx.teacher, "onnx": ctx.onnx_model(), "lang_offset": offsets,
-                "total": total, "parts": p,
-                "vocab": {lang: vocab_url(ctx, lang) for lang in offsets},
-                "token_budget": ex.token_budget, "mode": ex.mode,
-                "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
-                "trust_remote_code": ctx.cfg.trust_remote_code,
-                "targets": writes_targets(ctx.cfg), "store": ctx.store}}
-    progress = Progress("extraction", sum(sum(waves[w][0].values()) for w in todo), "sentences")
+    ds = source([waves[w] for w in todo]).map_batches(
+        Extractor, batch_size=ex.batch_size, batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=ex.cpus_per_actor,
+        num_gpus=ex.gpus_per_actor or None, fn_constructor_kwargs={
+            "teacher_dir": ctx.teacher, "onnx": ctx.onnx_model(), "lang_offset": offsets,
+            "total": total, "parts": p, "out": st.path("sums"), "targets": targets,
+            "waves": {part: names[w] for w in todo for part in waves[w]},
+            "vocab": {lang: vocab_url(ctx, lang) for lang in offsets},
+            "token_budget": ex.token_budget, "mode": ex.mode,
+            "threads": ex.threads_per_actor if not ex.gpus_per_actor else None,
+            "trust_remote_code": ctx.cfg.trust_remote_code, "store": ctx.store})
+    progress = Progress("extraction", sum(sum(waves[w].values()) for w in todo), "sentences")
     t0 = time.perf_counter()
-    busy: dict[str, float] = {}
     try:
-        for w in todo:
-            _wave(st, w, waves, pool, progress, busy, f"wave{w:05d}-{attempt}")
+        busy = _run_waves(st, ds, {w: waves[w] for w in todo}, names, progress)
     finally:
         progress.close()
     secs = time.perf_counter() - t0
@@ -334,25 +343,18 @@ def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: in
              n_actors, ex.runtime, ex.threads_per_actor, " / ".join(f"{x:.0%}" for x in shares))
     return {"actors": n_actors, "sentences": progress.done, "teacher_passes": progress.done,
             "sentences_per_s": round(progress.done / max(secs, 1e-9), 1),
-            "actor_busy": round(sum(busy.values()) / max(secs * n_actors, 1e-9), 3)}
+            "actor_busy": round(sum(busy.values()) / max(secs * n_actors, 1e-9), 3),
+            "actor_processes": len(busy)}
 
 
-def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progress,
-          busy: dict[str, float], name: str) -> None:
-    """Wave ``w``: one Ray Data job over the actor pool (``pool``: its ``map_batches``
-    arguments) writing into folders ``name`` (new to this run); its marker, naming them, once
-    every sentence of its parts is accounted for."""
-    expected, make = waves[w]
-    out = st.path("sums", name)
-    storage.remove_tree(out)
-    storage.remove_tree(storage.join(targets_url(st.dir), name))
-    log.debug("[extraction] job %d/%d: %d parts, %d sentences", w + 1, len(waves),
-              len(expected), sum(expected.values()))
-    kwargs = pool["fn_constructor_kwargs"]
-    ds = make().map_batches(Extractor, **{**pool, "fn_constructor_kwargs": {
-        **kwargs, "out": out, "targets": storage.join(targets_url(st.dir), name)
-        if kwargs["targets"] else None}})
+def _run_waves(st: StageDir, ds: Any, todo: dict[int, Wave], names: dict[int, str],
+               progress: Progress) -> dict[str, float]:
+    """Drain the job; mark wave ``w`` (naming its folders) once its parts' sentences are all
+    accounted for, and check at the end that every sentence was processed exactly once. The
+    seconds each actor was busy."""
     seen: dict[str, int] = {}
+    busy: dict[str, float] = {}
+    left = dict(todo)
     for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
         for actor, secs in zip(batch.column("actor").to_pylist(),
                                batch.column("busy_s").to_pylist(), strict=True):
@@ -361,9 +363,14 @@ def _wave(st: StageDir, w: int, waves: list[Wave], pool: dict, progress: Progres
                            batch.column("sentences").to_pylist(), strict=True):
             seen[part] = seen.get(part, 0) + n
             progress.add(n)
+        for w in [w for w, parts in left.items() if all(seen.get(k) == n
+                                                         for k, n in parts.items())]:
+            st.mark_shard(f"wave-{w:05d}", {"sentences": sum(left.pop(w).values()),
+                                            "dir": names[w]})
+    expected = {k: n for parts in todo.values() for k, n in parts.items()}
     if seen != expected:
-        raise RuntimeError(f"extraction job {w}: sentences per part {seen} != {expected}")
-    st.mark_shard(f"wave-{w:05d}", {"sentences": sum(seen.values()), "dir": name})
+        raise RuntimeError(f"extraction: sentences per part {seen} != {expected}")
+    return busy
 
 
 def reduce_sums(stage_dir: str, part: int, parts: int, total: int, sources: list[str]) -> dict:

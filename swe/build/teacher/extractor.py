@@ -68,16 +68,18 @@ def to_fixed(v: np.ndarray) -> np.ndarray:
 class Extractor:
     """Ray Data actor: sentences + the word ids they serve → fixed-point per-word sums.
 
-    Each batch's sums are written by word partition to ``<out>/p<P>/b<first sid>.npz`` (a
-    retried batch rewrites the same files); with ``targets`` (a folder) also each sentence's
-    pooled teacher embedding to ``<targets>/b<first sid>.parquet``. The actor returns only
-    ``(part, sentences)`` rows, so the driver can check that every sentence of every part was
-    processed exactly once.
+    One actor pool serves every wave of an extraction run (a wave is a group of parts, the unit
+    of resumption; ``waves`` maps each part to its wave's folder name). The rows of each batch
+    that belong to wave folder ``W`` have their sums written by word partition to
+    ``<out>/W/p<P>/b<first sid>.npz`` (a retried batch rewrites the same files); with
+    ``targets`` (a folder) also each sentence's pooled teacher embedding to
+    ``<targets>/W/b<first sid>.parquet``. The actor returns only ``(part, sentences)`` rows, so
+    the driver can check that every sentence of every part was processed exactly once.
     """
 
     def __init__(self, teacher_dir: str, vocab: dict[str, str], lang_offset: dict[str, int],
-                 total: int, parts: int, out: str, token_budget: int, mode: str = "sentence",
-                 threads: int | None = 1, trust_remote_code: bool = False,
+                 total: int, parts: int, out: str, waves: dict[str, str], token_budget: int,
+                 mode: str = "sentence", threads: int | None = 1, trust_remote_code: bool = False,
                  targets: str | None = None, onnx: Any = None, store: Any = None) -> None:
         from swe.build.teacher.model import open_teacher
         from swe.text import unk_token
@@ -87,7 +89,7 @@ class Extractor:
         self.unk = unk_token(self.fast_tok)
         self.vocab = {lang: vocab_words(url) for lang, url in vocab.items()}
         self.lang_offset = lang_offset
-        self.total, self.parts, self.out = total, parts, out
+        self.total, self.parts, self.out, self.waves = total, parts, out, waves
         self.budget = token_budget
         self.mode = mode
         self.shift = len(self.teacher.spec.prefix)
@@ -96,13 +98,27 @@ class Extractor:
         self.actor = f"{node_id()}:{os.getpid()}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """Write one batch's per-word sums; its sentences per part, and the seconds this actor
-        spent on it (on the first row)."""
+        """Write one batch's per-word sums, wave by wave; its sentences per part, and the
+        seconds this actor spent on it (on the first row)."""
         start = time.perf_counter()
-        texts = batch.column("text").to_pylist()
-        langs = batch.column("lang").to_pylist()
         col = "part" if "part" in batch.column_names else "path"
         parts = [part_key(p) for p in batch.column(col).to_pylist()]
+        rows: dict[str, list[int]] = {}
+        for i, part in enumerate(parts):
+            rows.setdefault(self.waves[part], []).append(i)
+        for wave, idx in rows.items():
+            self._write(batch if len(rows) == 1 else batch.take(idx), wave)
+        keys = sorted(set(parts))
+        busy = [time.perf_counter() - start] + [0.0] * (len(keys) - 1)
+        return pa.table({"part": pa.array(keys, pa.string()),
+                         "sentences": pa.array([parts.count(k) for k in keys], pa.int64()),
+                         "actor": pa.array([self.actor] * len(keys), pa.string()),
+                         "busy_s": pa.array(busy, pa.float64())})
+
+    def _write(self, batch: pa.Table, wave: str) -> None:
+        """The sums (and targets, and store rows) of ``batch``, all of one wave's parts."""
+        texts = batch.column("text").to_pylist()
+        langs = batch.column("lang").to_pylist()
         sums: dict[int, np.ndarray] = {}
         counts: dict[int, int] = {}
         keep = self.targets or self.store is not None
@@ -130,7 +146,7 @@ class Extractor:
 
             write_rows(self.store, stored, first_sid)
         if self.targets:
-            storage.write_parquet(storage.join(self.targets, first + ".parquet"), pa.table({
+            storage.write_parquet(storage.join(self.targets, wave, first + ".parquet"), pa.table({
                 "sid": batch.column("sid"), "src": batch.column("text"),
                 "teacher": pa.FixedSizeListArray.from_arrays(pa.array(pooled.reshape(-1)),
                                                              pooled.shape[1])}))
@@ -140,13 +156,7 @@ class Extractor:
             write_groups(by_partition(id_partition(gids, self.total, self.parts), word_id=gids,
                                       sum=np.stack(list(sums.values())),
                                       count=np.fromiter(counts.values(), np.int64, len(gids))),
-                         lambda k: storage.join(self.out, f"p{k:04d}", name))
-        keys = sorted(set(parts))
-        busy = [time.perf_counter() - start] + [0.0] * (len(keys) - 1)
-        return pa.table({"part": pa.array(keys, pa.string()),
-                         "sentences": pa.array([parts.count(k) for k in keys], pa.int64()),
-                         "actor": pa.array([self.actor] * len(keys), pa.string()),
-                         "busy_s": pa.array(busy, pa.float64())})
+                         lambda k: storage.join(self.out, wave, f"p{k:04d}", name))
 
     def _stored_units(self, batch: pa.Table, i: int, text: str, lang: str, hidden: np.ndarray,
                       offsets: np.ndarray, mask: np.ndarray, pooled: np.ndarray
