@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from swe import StaticModel, storage
+from swe import StaticModel
 from swe.build import build, load_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -26,51 +26,6 @@ def corpus_lines(data_dir):
 def _cfg(output, corpus, extra=()):
     return load_config("pipelines/configs/quickstart.toml",
                        [*SMALL, f"corpus.en.paths=['{corpus}']", *extra], output=output)
-
-
-def test_quickstart_build_on_s3(s3, corpus_lines, minilm):
-    # CC-100 layout: paragraphs, blank lines between documents, xz, plus a non-UTF-8 line.
-    body = "".join(line if i % 50 else line + "\n" for i, line in enumerate(corpus_lines))
-    data = lzma.compress(b"\xff\xfe broken line\n" + body.encode())
-    storage.write_bytes(f"{s3}/build-corpus/en.txt.xz", data)
-    # The torch teacher: step 1 is checked against its token states averaged by hand.
-    cfg = _cfg(f"{s3}/builds/quick", f"{s3}/build-corpus/en.txt.xz",
-               ["corpus.en.split_sentences=true", "extraction.runtime='torch'"])
-    report = build(cfg)
-    assert report["corpus"].invalid_utf8_lines == 1
-    assert report["vocab"].sizes["en"] == 150
-    sel = report["selection"]
-    assert sel.naive_encodes == 600 and 0 < sel.unique_sentences < 600
-
-    step1 = StaticModel.load(f"{s3}/builds/quick/step1")
-    final = StaticModel.load(f"{s3}/builds/quick/model")
-    assert step1.dim == 384 and final.dim == 64 and len(final) == len(step1) == 150
-    v = final.encode(["The city is in the north of the country."])
-    assert np.isclose(np.linalg.norm(v), 1.0)
-
-    # One word's step-1 vector equals the teacher's token states averaged by hand.
-    from swe.build.teacher import Teacher
-    from swe.storage import read_parquet
-
-    word = step1.words[10]
-    teacher = Teacher(str(minilm))
-    fs, parts = storage.filesystem(f"{s3}/builds/quick/work/selection/parts")
-    vocab = read_parquet(f"{s3}/builds/quick/work/vocab/en.parquet").column("word").to_pylist()
-    wid = vocab.index(word)
-    vecs = []
-    for p in fs.find(parts):
-        t = read_parquet("s3://" + p).to_pylist()
-        for row in t:
-            if wid in row["word_ids"]:
-                hidden, offsets, mask = teacher.hidden_states([row["text"]])
-                from swe.build.stages.extraction import align
-                from swe.text import language, units
-
-                idx = align(units(row["text"], language("en")), [word], offsets[0], mask[0])
-                vecs.append(hidden[0, idx[word]].mean(0))
-    assert len(vecs) == 4
-    np.testing.assert_allclose(step1.vectors[step1.words.index(word)], np.mean(vecs, 0),
-                               rtol=1e-4, atol=1e-4)
 
 
 def test_resume_after_interruption_gives_the_same_model(tmp_path, corpus_lines):

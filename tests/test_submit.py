@@ -1,5 +1,6 @@
 """`ray job submit` for real: a local head on loopback, the quickstart build submitted as a job
-with corpus and output on S3 (moto), the model loaded back from S3, the head stopped.
+with corpus and output on S3 (moto), the model loaded back from S3 and checked, the head
+stopped. (This is also the suite's quickstart build on S3: one build serves both.)
 
 Marked ``own_ray_cluster``: conftest runs it before any test starts the session's in-process Ray,
 so two Ray clusters never share the machine's two cores."""
@@ -18,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from procs import own_env
 
@@ -25,8 +27,8 @@ from swe import StaticModel, storage
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=4",
-         "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2000",
-         "corpus.en.shard_lines=1000", "extraction.batch_size=128"]
+         "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2400",
+         "corpus.en.shard_lines=800", "extraction.batch_size=128", "extraction.job_sentences=250"]
 
 
 def _free_ports(n: int) -> list[int]:
@@ -87,18 +89,24 @@ def ray_head():
 
 
 @pytest.mark.own_ray_cluster
-def test_ray_job_submit_quickstart_on_s3(ray_head, s3, data_dir):
+def test_ray_job_submit_quickstart_on_s3(ray_head, s3, data_dir, minilm):
+    """The quickstart, submitted, builds from a CC-100-layout corpus on S3 (paragraphs, blank
+    lines between documents, xz, a non-UTF-8 line) with the torch teacher into S3; step 1 is
+    checked against the teacher's token states averaged by hand."""
     address, env = ray_head
-    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.01.txt.xz", "rt") as f:
-        lines = [next(f) for _ in range(2000)]
-    storage.write_bytes(f"{s3}/submit-corpus/en.txt.xz", lzma.compress("".join(lines).encode()))
+    with lzma.open(data_dir / "corpora/en_wikipedia/enwiki_sents.03.txt.xz", "rt") as f:
+        lines = [next(f) for _ in range(2400)]
+    body = "".join(line if i % 50 else line + "\n" for i, line in enumerate(lines))
+    corpus = f"{s3}/submit-corpus/en.txt.xz"
+    storage.write_bytes(corpus, lzma.compress(b"\xff\xfe broken line\n" + body.encode()))
     out = f"{s3}/submit/quick"
     aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    settings = [*SMALL, f"corpus.en.paths=['{corpus}']", "corpus.en.split_sentences=true",
+                "extraction.runtime='torch'"]
     cmd = [RAY, "job", "submit", f"--address={address}", "--working-dir", ".",
            "--runtime-env-json", json.dumps({"env_vars": aws}), "--",
            "python", "pipelines/build.py", "--config", "pipelines/configs/quickstart.toml",
-           "--output", out, "--set", f"corpus.en.paths=['{s3}/submit-corpus/en.txt.xz']",
-           *[a for kv in SMALL for a in ("--set", kv)]]
+           "--output", out, *[a for kv in settings for a in ("--set", kv)]]
     for _ in range(30):  # the job agent can come up a little after the job server
         run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if "No available agent" not in run.stdout + run.stderr:
@@ -106,6 +114,41 @@ def test_ray_job_submit_quickstart_on_s3(ray_head, s3, data_dir):
         time.sleep(3)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "succeeded" in run.stdout
-    model = StaticModel.load(f"{out}/model")
-    assert len(model) == 150 and model.dim == 64
-    assert model.encode("The river flows north.").shape == (64,)
+    stats = {stage: json.loads(storage.read_bytes(f"{out}/work/{stage}/_DONE.json"))["stats"]
+             for stage in ("corpus", "vocab", "selection")}
+    assert stats["corpus"]["invalid_utf8_lines"] == 1
+    assert stats["vocab"]["sizes"]["en"] == 150
+    assert stats["selection"]["naive_encodes"] == 600
+    assert 0 < stats["selection"]["unique_sentences"] < 600
+
+    step1, final = StaticModel.load(f"{out}/step1"), StaticModel.load(f"{out}/model")
+    assert step1.dim == 384 and final.dim == 64 and len(final) == len(step1) == 150
+    v = final.encode(["The city is in the north of the country."])
+    assert np.isclose(np.linalg.norm(v), 1.0)
+    assert final.encode("The river flows north.").shape == (64,)
+    _check_step1_by_hand(step1, out, minilm)
+
+
+def _check_step1_by_hand(step1: StaticModel, out: str, minilm: Path) -> None:
+    """One word's step-1 vector equals the teacher's token states of its 4 sentences, averaged
+    by hand."""
+    from swe.build.stages.extraction import align
+    from swe.build.teacher import Teacher
+    from swe.storage import read_parquet
+    from swe.text import language, units
+
+    word = step1.words[10]
+    teacher = Teacher(str(minilm))
+    fs, parts = storage.filesystem(f"{out}/work/selection/parts")
+    vocab = read_parquet(f"{out}/work/vocab/en.parquet").column("word").to_pylist()
+    wid = vocab.index(word)
+    vecs = []
+    for p in fs.find(parts):
+        for row in read_parquet("s3://" + p).to_pylist():
+            if wid in row["word_ids"]:
+                hidden, offsets, mask = teacher.hidden_states([row["text"]])
+                idx = align(units(row["text"], language("en")), [word], offsets[0], mask[0])
+                vecs.append(hidden[0, idx[word]].mean(0))
+    assert len(vecs) == 4
+    np.testing.assert_allclose(step1.vectors[step1.words.index(word)], np.mean(vecs, 0),
+                               rtol=1e-4, atol=1e-4)
