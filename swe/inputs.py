@@ -81,10 +81,14 @@ def present(paths: list[str]) -> list[str]:
 
 
 def check_path_text(given: str, what: str = "") -> None:
-    """Refuse a path that is empty, blank or holds a NUL byte (``what``: the option named)."""
+    """Refuse a path that is empty, blank, or holds a NUL byte or a line break (``what``: the
+    option named)."""
     if not given.strip() or "\0" in given:
         raise ValueError(f"{what + ' ' if what else ''}{given!r} is not a path (empty, or "
                          "holding a NUL byte)")
+    if "\n" in given or "\r" in given:
+        raise ValueError(f"{what + ' ' if what else ''}{given!r} holds a line break: swe refuses "
+                         "one in a path (logs and manifests would split it); check the quoting")
 
 
 def _matches(given: str) -> list[str]:

@@ -8,6 +8,7 @@ rather than ``io`` so it never shadows the standard library's ``io``.
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
@@ -80,6 +81,9 @@ def output_url(url: str, flag: str = "--output") -> str:
         raise ValueError(f"{flag} is empty: pass a folder (or s3:// prefix) for the output")
     if "\0" in url:
         raise ValueError(f"{flag} {url!r} holds a NUL byte: no path can; check how it was made")
+    if "\n" in url or "\r" in url:
+        raise ValueError(f"{flag} {url!r} holds a line break: swe refuses one in a path (logs, "
+                         "manifests and shell commands would split it); check the quoting")
     if not is_local(url):
         scheme, rest = url.split("://", 1)
         rest = rest.strip("/")
@@ -88,6 +92,7 @@ def output_url(url: str, flag: str = "--output") -> str:
                              f"e.g. {scheme}://{rest or 'bucket'}/swe-out")
         return f"{scheme}://{rest}"
     path = os.path.realpath(url.removeprefix("file://"))
+    _refuse_loop(path, url, flag)
     cwd = os.path.realpath(os.getcwd())
     home = os.path.realpath(os.path.expanduser("~"))
     if path == os.path.dirname(path):
@@ -102,6 +107,18 @@ def output_url(url: str, flag: str = "--output") -> str:
         return path
     raise ValueError(f"{flag} {url} resolves to {why}; the job writes and removes files "
                      "in its output, so name a folder of its own, e.g. out/run1")
+
+
+def _refuse_loop(path: str, url: str, flag: str) -> None:
+    """Refuse ``path`` when a symbolic link on it loops (``realpath`` leaves such a link as it
+    is, and every later file operation would fail with ELOOP)."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{flag} {url}: a symbolic link on this path points back at itself "
+                             f"({e.strerror}); remove or repoint it, or name another "
+                             "folder") from None
 
 
 def _comparable(url: str) -> str:

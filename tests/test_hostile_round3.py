@@ -254,6 +254,14 @@ def test_utf16_text_is_refused_by_name_before_any_work(tmp_path, encoding, ray_s
     for kind in ("text", "jsonl"):
         with pytest.raises(ValueError, match=r"u16.txt is UTF-16 or UTF-32 text"):
             plan([str(path)], kind, ["text"], 100)
+    from swe import StaticModel
+    from swe.bulk import encode_files
+
+    model = tmp_path / "model"
+    StaticModel.from_vectors(["a", "man"], np.eye(2, dtype=np.float32)).save(str(model))
+    with pytest.raises(ValueError, match=r"u16.txt is UTF-16 or UTF-32 text"):
+        encode_files(str(model), [str(path)], str(tmp_path / "enc"))
+    assert not list((tmp_path / "enc").glob("v-*")), "a refused input left a run folder"
     utf8 = tmp_path / "ok.txt"  # UTF-8, with its own byte-order mark, is still read
     utf8.write_bytes(b"\xef\xbb\xbfA man plays a guitar.\n")
     load_config("quickstart", [f"corpus.en.paths=['{utf8}']"], output=str(tmp_path / "o"))
@@ -266,3 +274,61 @@ def test_a_line_that_merely_starts_with_the_utf16_mark_is_invalid_utf8_not_utf16
     path = tmp_path / "c.txt"
     path.write_bytes(b"\xff\xfe broken line\nA man plays a guitar.\n")
     assert peek_lines(str(path), 2)[1] == b"A man plays a guitar."
+
+
+def test_a_path_with_a_line_break_or_a_looping_link_is_one_line_before_any_work(tmp_path,
+                                                                                  capsys):
+    """A symbolic link that points back at itself was taken as an output (``realpath`` leaves
+    it as it is) and failed later with ELOOP; a line break in a path, legal on Linux, splits
+    logs, manifests and copied commands. Both are refused by name, for outputs and inputs."""
+    from swe import storage
+    from swe.inputs import check_path_text
+
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for bad in (loop, loop / "sub"):
+        with pytest.raises(ValueError, match="points back at itself"):
+            storage.output_url(str(bad), "extraction.store")
+    for bad in (str(tmp_path / "a\nb"), "s3://bucket/a\rb"):
+        with pytest.raises(ValueError, match="line break"):
+            storage.output_url(bad)
+    with pytest.raises(ValueError, match=r"--input .* holds a line break"):
+        check_path_text("data/a\n.txt", "--input")
+    model = _model(tmp_path / "m")
+    text = tmp_path / "in.txt"
+    text.write_text("A man plays a guitar.\n")
+    for args in (["encode", "--model", str(model), "--input", str(text), "--output", str(loop)],
+                 ["encode", "--model", str(model), "--input", f"{text}\n", "--output",
+                  str(tmp_path / "o")],
+                 ["build", "--config", "quickstart", "--output", str(tmp_path / "q\nr")]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "Traceback" not in err, err
+        assert "points back at itself" in err or "holds a line break" in err, err
+
+
+def test_a_parquet_corpus_without_text_is_refused_in_validation(tmp_path):
+    """A Parquet corpus was checked for rows only: one without the text column, with a column
+    of numbers, or with only empty and null texts passed validation and failed in the corpus
+    stage's tasks (or built from nothing). Each is now a line naming the file, before any work;
+    a dictionary-encoded text column (a pandas categorical) is text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from swe.build import ConfigError, load_config
+
+    tables = {"other": pa.table({"sentence": ["A man plays a guitar."]}),
+              "numbers": pa.table({"text": [1, 2]}),
+              "blank": pa.table({"text": pa.array([None, "", "  "], pa.string())}),
+              "categorical": pa.table({"text": pa.array(["A man.", "A man."]).dictionary_encode()})}
+    expected = {"other": r"other.parquet: no column 'text' \(it has sentence\)",
+                "numbers": r"numbers.parquet: column 'text' is int64, not text",
+                "blank": r"corpus.en: its files hold no text \(.*blank.parquet\)"}
+    for name, table in tables.items():
+        pq.write_table(table, tmp_path / f"{name}.parquet")
+        overrides = [f"corpus.en.paths=['{tmp_path / name}.parquet']"]
+        if name in expected:
+            with pytest.raises(ConfigError, match=expected[name]):
+                load_config("quickstart", overrides, output=str(tmp_path / "o"))
+        else:
+            load_config("quickstart", overrides, output=str(tmp_path / "o"))

@@ -249,11 +249,13 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
     check_grantable([Request("encoder actors", "lower --cpus-per-actor or --actors",
                              count=pool[0], cpus=pool[2])])
     start = time.perf_counter()
-    done = _start_run(output, run, spec)
     cols = [opts.text_column, *([opts.id_column] if opts.id_column else []),
             *opts.keep_columns]
     try:
+        # every input checked (footers, first lines) before the run is recorded: a refused
+        # input leaves no run folder behind
         tasks, counts = plan(files, opts.fmt, cols, opts.part_rows)
+        done = _start_run(output, run, spec)
         tasks = [t for t in tasks if not _group_done(t, done)]
         new = _encode(model, output, run, opts, tasks, done, counts, pool)
         counts = get(counts)

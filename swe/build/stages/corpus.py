@@ -122,10 +122,15 @@ def _check_formats(c: CorpusConfig, lang: str, errors: list[str]) -> None:
 
 
 def _has_text(path: str, fmt: str, column: str) -> bool:
-    """Whether a corpus file holds a row of text (a TSV's header must name ``column``)."""
+    """Whether a corpus file holds a row of text (a TSV's header must name ``column``; a
+    Parquet file must have it, as text: checked here rather than in the corpus stage's tasks).
+    A Parquet file's column is read until its first non-blank text."""
     if fmt == "parquet":
         with open_input(path) as f:
-            return pq.ParquetFile(f).metadata.num_rows > 0
+            parquet = pq.ParquetFile(f)
+            _check_text_column(path, parquet.schema_arrow, column)
+            return any(any(t and t.strip() for t in b.column(0).to_pylist())
+                       for b in parquet.iter_batches(batch_size=4096, columns=[column]))
     lines = inputs.peek_lines(path, 2 if fmt == "tsv" else 1)
     if fmt == "tsv" and lines:
         header = [h.strip() for h in lines[0].decode("utf-8", "replace").split("\t")]
