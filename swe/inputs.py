@@ -12,7 +12,7 @@ import stat
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from swe.storage import data_path, filesystem, is_local
+from swe.storage import data_path, filesystem, is_local, refuse_line_break
 
 __all__ = ["check_path_text", "check_regular_file", "corrupt_stream", "expand_inputs",
            "input_format", "is_text_type", "iter_lines", "open_input", "peek_lines", "present",
@@ -86,9 +86,7 @@ def check_path_text(given: str, what: str = "") -> None:
     if not given.strip() or "\0" in given:
         raise ValueError(f"{what + ' ' if what else ''}{given!r} is not a path (empty, or "
                          "holding a NUL byte)")
-    if "\n" in given or "\r" in given:
-        raise ValueError(f"{what + ' ' if what else ''}{given!r} holds a line break: swe refuses "
-                         "one in a path (logs and manifests would split it); check the quoting")
+    refuse_line_break(given, what)
 
 
 def _matches(given: str) -> list[str]:

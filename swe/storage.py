@@ -42,6 +42,7 @@ __all__ = [
     "read_bytes",
     "read_parquet",
     "read_text",
+    "refuse_line_break",
     "remove_tree",
     "save_npz",
     "within",
@@ -81,9 +82,7 @@ def output_url(url: str, flag: str = "--output") -> str:
         raise ValueError(f"{flag} is empty: pass a folder (or s3:// prefix) for the output")
     if "\0" in url:
         raise ValueError(f"{flag} {url!r} holds a NUL byte: no path can; check how it was made")
-    if "\n" in url or "\r" in url:
-        raise ValueError(f"{flag} {url!r} holds a line break: swe refuses one in a path (logs, "
-                         "manifests and shell commands would split it); check the quoting")
+    refuse_line_break(url, flag)
     if not is_local(url):
         scheme, rest = url.split("://", 1)
         rest = rest.strip("/")
@@ -107,6 +106,15 @@ def output_url(url: str, flag: str = "--output") -> str:
         return path
     raise ValueError(f"{flag} {url} resolves to {why}; the job writes and removes files "
                      "in its output, so name a folder of its own, e.g. out/run1")
+
+
+def refuse_line_break(path: str, what: str = "") -> None:
+    """Refuse a path holding a line break (legal on Linux, but logs, manifests and copied shell
+    commands would split it); ``what``: the option named."""
+    if "\n" in path or "\r" in path:
+        raise ValueError(f"{what + ' ' if what else ''}{path!r} holds a line break: swe refuses "
+                         "one in a path (logs, manifests and shell commands would split it); "
+                         "check the quoting")
 
 
 def _refuse_loop(path: str, url: str, flag: str) -> None:

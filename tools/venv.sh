@@ -10,7 +10,13 @@
 # version from any of them). Bytecode is compiled at install, as pip does: no process compiles
 # the installed packages again (docs/install.md says why that matters here).
 set -euo pipefail
-venv=${VENV:-.venv}
+venv=${VENV-.venv}
+if [[ -z $venv ]]; then
+  echo "tools/venv.sh: VENV is empty: name a folder for the venv (default .venv)" >&2; exit 2
+fi
+if [[ -e $venv && ! -f $venv/pyvenv.cfg && -n $(ls -A "$venv" 2>/dev/null) ]]; then
+  echo "tools/venv.sh: $venv exists and is not a venv: name a new folder (VENV=...)" >&2; exit 2
+fi
 (( $# )) || set -- -e ".[pipeline,test]"
 python3 -m venv "$venv"
 if ! "$venv/bin/pip" install -q uv 2>/dev/null; then

@@ -354,19 +354,23 @@ def _run_waves(st: StageDir, ds: Any, todo: dict[int, Wave], names: dict[int, st
     seconds each actor was busy."""
     seen: dict[str, int] = {}
     busy: dict[str, float] = {}
-    left = dict(todo)
+    wave_of = {k: w for w, parts in todo.items() for k in parts}
+    left = set(todo)
     for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
         for actor, secs in zip(batch.column("actor").to_pylist(),
                                batch.column("busy_s").to_pylist(), strict=True):
             busy[actor] = busy.get(actor, 0.0) + secs
+        touched = set()
         for part, n in zip(batch.column("part").to_pylist(),
                            batch.column("sentences").to_pylist(), strict=True):
             seen[part] = seen.get(part, 0) + n
             progress.add(n)
-        for w in [w for w, parts in left.items() if all(seen.get(k) == n
-                                                         for k, n in parts.items())]:
-            st.mark_shard(f"wave-{w:05d}", {"sentences": sum(left.pop(w).values()),
-                                            "dir": names[w]})
+            touched.add(wave_of.get(part))  # an unknown part: the check at the end says so
+        for w in sorted(left.intersection(touched)):  # only the waves this batch counted towards
+            if all(seen.get(k) == n for k, n in todo[w].items()):
+                st.mark_shard(f"wave-{w:05d}", {"sentences": sum(todo[w].values()),
+                                                "dir": names[w]})
+                left.discard(w)
     expected = {k: n for parts in todo.values() for k, n in parts.items()}
     if seen != expected:
         raise RuntimeError(f"extraction: sentences per part {seen} != {expected}")
