@@ -45,14 +45,10 @@ def info(path: str) -> dict:
     the matrix)."""
     from swe import storage
     from swe.model import StaticModel
-    from swe.modelfiles import CONFIG, ModelFileError, ModelFolder
+    from swe.modelfiles import CONFIG, ModelFolder
 
-    model = StaticModel.load(path)
+    model = StaticModel.load(path)  # checks the config's dim and vocab_size against the files
     folder = ModelFolder(path)
-    for key, real in (("dim", model.dim), ("vocab_size", len(model))):
-        if folder.get(key, int) != real:
-            raise ModelFileError(f"{folder.config_path}: {key} = {folder.get(key, int)} but the "
-                                 f"model holds {real}; save the model again")
     files = dict(folder.get("files", dict, {}))
     files[CONFIG] = {"bytes": len(storage.read_bytes(storage.join(path, CONFIG)))}
     return {"path": path, "dim": model.dim, "vocab_size": len(model),

@@ -327,14 +327,21 @@ def agreement(model: StaticModel, arrays: ExportArrays, texts: list[str] | None 
                      not_measured=[c for c in model.languages if c != "en"])
 
 
-def _check_out(out: str) -> None:
-    if not out.strip() or "\0" in out:
-        raise ExportError(f"the output {out!r} is not a path (empty, blank or holding a NUL "
-                          "byte); name a new folder")
+def _check_out(out: str, model: object) -> str:
+    """The output as the export may use it (:func:`storage.output_url`'s checks), refused when
+    it overlaps the input model's folder or is not empty."""
+    try:
+        out = storage.output_url(out, "the output")
+    except ValueError as e:
+        raise ExportError(f"{e}; name a new folder") from None
+    if isinstance(model, str | os.PathLike) and storage.overlaps(os.fspath(model), out):
+        raise ExportError(f"the output {out} overlaps the input model {os.fspath(model)}; "
+                          "name a new folder outside it")
     fs, path = storage.filesystem(out)
     if fs.exists(path) and (not fs.isdir(path) or fs.ls(path)):
         raise ExportError(f"{out} exists and is not an empty directory; choose a new output "
                           f"path or remove it first")
+    return out
 
 
 def _tensors(arrays: ExportArrays) -> bytes:
@@ -419,8 +426,7 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
     ``table_lines``: sample lines the table is built on (0: no table)."""
     if to not in TARGETS:
         raise ExportError(f"unknown export target {to!r}; choose one of {', '.join(TARGETS)}")
-    out = os.fspath(out)
-    _check_out(out)
+    out = _check_out(os.fspath(out), model)
     if not isinstance(model, StaticModel):
         model = StaticModel.load(model)
     t0 = time.perf_counter()

@@ -57,17 +57,24 @@ def expand_inputs(patterns: list[str]) -> list[str]:
     folder and a file in it) is read once, with a warning naming it; a local path that is not a
     regular file or folder (a named pipe, a device) is refused before anything reads it."""
     files: list[str] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for given in patterns:
         for found in _matches(given):
             key = os.path.realpath(found) if is_local(found) else found
             if key in seen:
-                log.warning("%s is named twice among the inputs (%s); it is read once", found,
-                            given)
+                if (key, seen[key], found) not in _WARNED:  # once per process, not per stage
+                    _WARNED.add((key, seen[key], found))
+                    log.warning("%s is named twice among the inputs (also as %s); it is read "
+                                "once", found, seen[key])
                 continue
-            seen.add(key)
+            seen[key] = found
             files.append(found)
     return files
+
+
+#: The repeated inputs already warned about in this process (a build expands its inputs at
+#: validation and again in its stages).
+_WARNED: set[tuple[str, str, str]] = set()
 
 
 def present(paths: list[str]) -> list[str]:
@@ -98,8 +105,9 @@ def _matches(given: str) -> list[str]:
     proto = "" if is_local(pattern) else pattern.split("://", 1)[0] + "://"
     if any(c in path for c in "*?["):
         found = sorted(fs.glob(path))
-    elif fs.isdir(path):
-        found = sorted(p for p in fs.find(path) if not os.path.basename(p).startswith(("_", ".")))
+    elif fs.isdir(path):  # not what lies under a name starting "_" or "." (markers, receipts)
+        found = sorted(p for p in fs.find(path) if not any(
+            part.startswith(("_", ".")) for part in p[len(path.rstrip("/")):].split("/")))
     elif fs.exists(path):
         found = [path]
     else:
@@ -127,14 +135,38 @@ def open_input(path: str) -> BinaryIO:
     truncated zstd stream raises ``EOFError`` at its end, as gzip, xz and bz2 do (zstandard's
     own reader ends it silently, as if the file were shorter), and so does a 0-byte compressed
     file (gzip's and zstandard's readers read it as empty text)."""
+    if is_local(path):
+        check_regular_file(path.removeprefix("file://"))  # a pipe or a device: never ends
     fs, p = filesystem(path)
     _, comp = _split_compression(path)
+    if comp is None:
+        _refuse_unnamed_compression(path, fs, p)
     if comp and fs.size(p) == 0:  # gzip and zstd readers take 0 bytes for an empty stream
         raise EOFError("compressed file ended before the end-of-stream marker was reached "
                        "(it is 0 bytes: no compressed stream at all)")
     if comp == "zstd":
         return io.BufferedReader(_ZstdReader(fs.open(p, "rb")), 1 << 16)
     return fs.open(p, "rb", compression=comp)
+
+
+#: The first bytes of each compressed format swe reads, and the extension that names it.
+_MAGIC = ((b"\x1f\x8b", "gzip", ".gz"), (b"\xfd7zXZ\x00", "xz", ".xz"),
+          (b"\x28\xb5\x2f\xfd", "zstd", ".zst"))
+
+
+def _refuse_unnamed_compression(path: str, fs: Any, p: str) -> None:
+    """Refuse a file named as plain text that holds compressed data (read as text, it would be
+    a line of invalid bytes, encoded or skipped without a word). No UTF-8 text starts so; bz2's
+    ``BZh`` is checked with its block marker."""
+    with fs.open(p, "rb") as f:
+        head = f.read(10)
+    found = [(name, ext) for magic, name, ext in _MAGIC if head.startswith(magic)]
+    if head[:3] == b"BZh" and head[4:10] == b"1AY&SY":
+        found = [("bz2", ".bz2")]
+    if found:
+        name, ext = found[0]
+        raise ValueError(f"{path} holds {name}-compressed data, but its name says it is not "
+                         f"compressed: rename it to end in {ext}")
 
 
 class _ZstdReader(io.RawIOBase):

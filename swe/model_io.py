@@ -97,11 +97,24 @@ def load_parts(path: str | os.PathLike, dim: int | None) -> tuple[str, dict[str,
     if vocab and vocab[-1] == "":
         vocab.pop()
     tokenizer = _tokenizer(folder)
+    vectors = read_matrix(folder, tensors, dim)
+    real = {"vocab_size": len(vectors), **({} if dim else {"dim": vectors.shape[1]})}
+    _check_claims(folder, real)
     return folder.path, {
-        "words": vocab, "vectors": read_matrix(folder, tensors, dim),
+        "words": vocab, "vectors": vectors,
         "tokenizer": tokenizer, "lowercase": folder.get("lowercase", bool),
         "oov": folder.get("oov", str, "subword"), "languages": folder.get("languages", list),
         "provenance": folder.get("provenance", (dict, type(None)), None)}
+
+
+def _check_claims(folder: ModelFolder, real: dict[str, int]) -> None:
+    """Refuse a config whose ``dim`` or ``vocab_size`` differs from the files (an edit that
+    ``swe reseal`` sealed, say): every reader of the config would be misled."""
+    for key, value in real.items():
+        claimed = folder.get(key, int, None)
+        if claimed is not None and claimed != value:
+            raise ModelFileError(f"{folder.config_path}: {key} = {claimed} but the model holds "
+                                 f"{value}; save the model again")
 
 
 def _tokenizer(folder: ModelFolder) -> Any:

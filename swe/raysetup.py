@@ -218,7 +218,11 @@ def init_ray(**kwargs) -> None:
     address = os.environ.get("RAY_ADDRESS")
     if address:
         check_reachable(address)
-        ray.init(**kwargs)
+        try:
+            ray.init(**kwargs)
+        except ConnectionError as e:  # e.g. a ray:// address whose client connection timed out
+            raise ConnectionError(f"cannot join the cluster at RAY_ADDRESS={address} ({e}): "
+                                  "fix RAY_ADDRESS, or unset it to start a local Ray") from None
     else:
         _local_defaults(kwargs)
         with _silenced(AUTH_LOGGER):
@@ -241,14 +245,19 @@ def check_reachable(address: str, timeout: float = JOIN_TIMEOUT_S) -> None:
     if address in ("auto", "local") or "://" in address:
         return
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConnectionError(f"RAY_ADDRESS={address} is not HOST:PORT (e.g. 10.0.0.5:6379); "
-                              "fix it, or unset it to start a local Ray")
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:6379, an IPv6 address
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConnectionError(f"RAY_ADDRESS={address} is not HOST:PORT with a port of 1-65535 "
+                              "(e.g. 10.0.0.5:6379); fix it, or unset it to start a local Ray")
     deadline = time.monotonic() + timeout
     while True:
         try:
             with socket.create_connection((host, int(port)), timeout=5):
                 return
+        except socket.gaierror as e:  # no name to retry: it will not resolve later either
+            raise ConnectionError(f"RAY_ADDRESS={address}: the host {host!r} cannot be resolved "
+                                  f"({e}); fix RAY_ADDRESS, or unset it to start a local Ray"
+                                  ) from None
         except OSError as e:
             if time.monotonic() >= deadline:
                 raise ConnectionError(

@@ -16,7 +16,10 @@ def test_spearman_with_ties_by_hand():
     assert ev.spearman(x, y) == pytest.approx(expected)
     assert expected == pytest.approx(4.5 / np.sqrt(4.5 * 5))
     assert ev.spearman([3, 2, 1], [1, 2, 3]) == pytest.approx(-1)
-    assert ev.spearman([1, 1, 1], [1, 2, 3]) == 0.0
+    with pytest.raises(ValueError, match="undefined: the first sequence is constant"):
+        ev.spearman([1, 1, 1], [1, 2, 3])  # no number: a correlation with a constant is undefined
+    with pytest.raises(ValueError, match="NaN"):
+        ev.spearman([1, float("nan"), 3], [1, 2, 3])
 
 
 def test_macro_f1_by_hand():

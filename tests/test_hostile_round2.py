@@ -304,5 +304,5 @@ def test_encode_refuses_a_cpu_share_that_is_not_a_positive_number(tmp_path, caps
     (tmp_path / "in.txt").write_text("a b\n")
     assert encode(["--model", str(tmp_path / "m"), "--input", str(tmp_path / "in.txt"),
                    "--output", str(tmp_path / "out"), "--cpus-per-actor", cpus]) == 2
-    assert "--cpus-per-actor must be a positive number" in capsys.readouterr().err
+    assert "--cpus-per-actor must be a number of at least 0.0001" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -141,7 +141,7 @@ def test_a_negative_seed_is_one_line_before_ray(tmp_path, capsys):
 def test_export_refuses_a_blank_output(tmp_path, out, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["export", str(_model(tmp_path / "m")), "--to", "model2vec", out]) == 2
-    assert "is not a path" in capsys.readouterr().err
+    assert "the output is empty" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 

@@ -186,6 +186,7 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
     if path is not None:
         path = config_path(path)
         try:
+            inputs.check_path_text(path, "--config")
             if os.path.exists(path) and not os.path.isdir(path):
                 inputs.check_regular_file(path)  # a named pipe would block the read
             with open(path, "rb") as f:
@@ -203,8 +204,9 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
                               "file?); save the config as UTF-8 TOML") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-        except ValueError as e:  # not a regular file
-            raise ConfigError(f"--config {e}") from None
+        except ValueError as e:  # not a path, or not a regular file
+            raise ConfigError(str(e) if str(e).startswith("--config") else f"--config {e}"
+                              ) from None
     for item in overrides:
         _apply_override(raw, item, errors)
     if output is not None:  # --output '' is an empty output, not "the config's own"

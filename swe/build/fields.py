@@ -45,8 +45,9 @@ def _missing_bucket(url: str) -> str:
 #
 # A config field declares itself with ``field(default=..., metadata={...})``: ``help`` (its
 # meaning), and optionally ``min``/``max`` (inclusive), ``gt`` (exclusive lower bound),
-# ``choices`` (a tuple, or a dict of choice -> meaning), ``nonempty`` (str or list) and
-# ``infinite`` (a float that may be ±inf). Its
+# ``choices`` (a tuple, or a dict of choice -> meaning), ``nonempty`` (str or list; a blank
+# str is empty), ``infinite`` (a float that may be ±inf) and ``resource`` (a Ray resource
+# share: 0, or at least Ray's smallest unit, 0.0001). Its
 # type is its annotation. :func:`field_problem` (validation) and :func:`describe` (``python -m
 # swe.build.config``, docs/reliability.md) both read these declarations.
 
@@ -80,7 +81,12 @@ def rules(meta: Mapping[str, Any]) -> list[str]:
     """The declared constraints in words: ``>= 1``, ``> 0``, ``<= 511``."""
     return ([f">= {meta['min']}"] if "min" in meta else []) + (
         [f"> {meta['gt']}"] if "gt" in meta else []) + (
-        [f"<= {meta['max']}"] if "max" in meta else [])
+        [f"<= {meta['max']}"] if "max" in meta else []) + (
+        [f"0 or >= {RAY_UNIT}"] if meta.get("resource") else [])
+
+
+#: Ray's smallest share of a resource (``num_cpus=0.00001`` is refused by Ray).
+RAY_UNIT = 0.0001
 
 
 def choices_text(choices: Any) -> str:
@@ -102,11 +108,12 @@ def field_problem(f: dataclasses.Field, value: Any) -> str | None:
     if problem:
         return problem
     meta = f.metadata
-    if meta.get("nonempty") and not value:
+    if meta.get("nonempty") and (not value or (isinstance(value, str) and not value.strip())):
         return f"should not be empty ({meta.get('help', '')})"
     if "choices" in meta and value not in meta["choices"]:
         return f"; use {choices_text(meta['choices'])}"
     lo_ok = ("min" not in meta or value >= meta["min"]) and ("gt" not in meta or value > meta["gt"])
-    if not lo_ok or ("max" in meta and value > meta["max"]):
+    share_ok = not meta.get("resource") or value == 0 or value >= RAY_UNIT
+    if not lo_ok or not share_ok or ("max" in meta and value > meta["max"]):
         return f"should be {' and '.join(rules(meta))} ({meta.get('help', '')})"
     return None

@@ -74,8 +74,9 @@ def _validate(opts: EncodeOptions, files: list[str], actors: int, max_actors: in
         raise ValueError(f"--dim must be positive, got {opts.dim}")
     if opts.part_rows < 1 or actors < 1 or (max_actors is not None and max_actors < actors):
         raise ValueError("need --part-rows ≥ 1, --actors ≥ 1 and --max-actors ≥ --actors")
-    if not (math.isfinite(cpus_per_actor) and cpus_per_actor > 0):
-        raise ValueError(f"--cpus-per-actor must be a positive number, got {cpus_per_actor}")
+    if not (math.isfinite(cpus_per_actor) and cpus_per_actor >= 1e-4):
+        raise ValueError(f"--cpus-per-actor must be a number of at least 0.0001 (Ray's smallest "
+                         f"share of a CPU), got {cpus_per_actor}")
     if opts.tokens and opts.dtype == "int8":
         raise ValueError("--tokens writes float32 or float16 word vectors; use --dtype float16 "
                          "(or float32) with --tokens")

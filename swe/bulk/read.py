@@ -82,12 +82,17 @@ def _describe(index: int, path: str, cols: list[str], part_rows: int
 
 
 def _peek(path: str, cols: list[str], kind: str) -> None:
-    """Before any work: a text file is not UTF-16; a JSONL file's first record has the columns
-    asked for."""
+    """Before any work: a text file is not UTF-16 and its first line holds no lone carriage
+    return (CR-only line endings); a JSONL file's first record has the columns asked for."""
     with named(path), open_input(path) as f:
         for lineno, raw in enumerate(iter_lines(f, 1 << 16), 1):
             if raw.strip():
                 refuse_utf16(path, raw)
+                if kind == "text" and b"\r" in raw.removesuffix(b"\r"):
+                    raise ValueError(
+                        f"{path} line {lineno}: a carriage return (\\r) inside the line: the file "
+                        "has old Mac (CR-only) line endings, and its lines would be one row "
+                        f"here; convert it first: tr '\\r' '\\n' < {path} > converted.txt")
                 if kind == "jsonl":
                     _record(path, lineno, raw.decode("utf-8", errors="replace"), cols)
                 return

@@ -26,20 +26,31 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 
 def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
-    """Spearman's rank correlation (Pearson of average ranks, so ties are handled)."""
-    if len(x) != len(y) or len(x) < 2:
-        raise ValueError("spearman needs two sequences of the same length >= 2")
+    """Spearman's rank correlation (Pearson of average ranks, so ties are handled). Undefined,
+    and a ``ValueError`` saying so, where either sequence is constant or holds NaN."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.ndim != 1 or y.ndim != 1 or len(x) != len(y) or len(x) < 2:
+        raise ValueError("spearman needs two 1-D sequences of the same length >= 2, got shapes "
+                         f"{x.shape} and {y.shape}")
+    if np.isnan(x).any() or np.isnan(y).any():
+        raise ValueError("spearman is undefined: the scores hold NaN")
     rx, ry = _ranks(x), _ranks(y)
     rx -= rx.mean()
     ry -= ry.mean()
     den = np.sqrt((rx * rx).sum() * (ry * ry).sum())
-    return float((rx * ry).sum() / den) if den else 0.0
+    if not den:
+        raise ValueError(f"spearman is undefined: {'the first' if not rx.any() else 'the second'}"
+                         f" sequence is constant (all {len(x)} values equal)")
+    return float((rx * ry).sum() / den)
 
 
 def macro_f1(gold: Sequence | np.ndarray, pred: Sequence | np.ndarray) -> float:
     """Macro-averaged F1 over every label in ``gold`` or ``pred`` (sklearn's default, as MTEB's
     bitext-mining F1 uses it)."""
     gold, pred = np.asarray(gold), np.asarray(pred)
+    if len(gold) != len(pred) or not len(gold):
+        raise ValueError(f"macro F1 needs as many predictions as gold labels, at least one; got "
+                         f"{len(pred)} and {len(gold)}")
     labels = np.union1d(gold, pred)
     scores = []
     for c in labels:

@@ -42,8 +42,7 @@ def margin_candidates(x: np.ndarray, y: np.ndarray, k: int = 4, block: int = 409
     sxy, ixy = top_k(x, y, k, block)  # x's neighbours in y
     syx, iyx = top_k(y, x, k, block)  # y's neighbours in x
     mx, my = sxy.mean(1), syx.mean(1)  # each sentence's neighbourhood density
-    fwd = sxy / ((mx[:, None] + my[ixy]) / 2)
-    bwd = syx / ((my[:, None] + mx[iyx]) / 2)
+    fwd, bwd = _ratio(sxy, (mx[:, None] + my[ixy]) / 2), _ratio(syx, (my[:, None] + mx[iyx]) / 2)
     bf, bb = fwd.argmax(1), bwd.argmax(1)
     rx, ry = np.arange(len(x)), np.arange(len(y))
     cands = list(zip(rx.tolist(), ixy[rx, bf].tolist(), fwd[rx, bf].tolist(), strict=True))
@@ -56,6 +55,12 @@ def margin_candidates(x: np.ndarray, y: np.ndarray, k: int = 4, block: int = 409
             used_y.add(j)
             out.append((i, j, s))
     return out
+
+
+def _ratio(score: np.ndarray, density: np.ndarray) -> np.ndarray:
+    """The margin ``score / density``; -inf (never mined) where both are 0: a sentence with no
+    vector (every word unknown) and neighbours of its kind, where the ratio is undefined."""
+    return np.divide(score, density, out=np.full_like(score, -np.inf), where=density != 0)
 
 
 def f1_at(candidates: Sequence[tuple[int, int, float]], gold: set[tuple[int, int]],

@@ -92,7 +92,8 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
         errors.extend(f"corpus.{lang}.paths_if_present: {p!r} is not a path (empty, or holding "
                       "a NUL byte)" for p in c.paths_if_present if not p.strip() or "\0" in p)
         if check_paths:
-            check_readable(c.paths, f"corpus.{lang}", errors)
+            optional = [p for p in c.paths_if_present if p.strip() and "\0" not in p]
+            check_readable([*c.paths, *inputs.present(optional)], f"corpus.{lang}", errors)
             _check_formats(c, lang, errors)
 
 

@@ -68,9 +68,11 @@ class ExtractionConfig:
         "min": 0, "help": "teacher actors; 0 = one per GPU, else one per CPU"})
     threads_per_actor: int = field(default=1, metadata={
         "min": 1, "help": "torch threads of a CPU actor"})
-    cpus_per_actor: float = field(default=0.5, metadata={"min": 0, "help": "Ray CPUs per actor"})
+    cpus_per_actor: float = field(default=0.5, metadata={
+        "resource": True, "help": "Ray CPUs per actor"})
     gpus_per_actor: float = field(default=0.0, metadata={
-        "min": 0, "help": "Ray GPUs per actor; 0.25 on GPU clusters (4 teachers per GPU)"})
+        "resource": True,
+        "help": "Ray GPUs per actor; 0.25 on GPU clusters (4 teachers per GPU)"})
     batch_size: int = field(default=1024, metadata={
         "min": 1, "help": "sentences handed to an actor at once"})
     job_sentences: int = field(default=100_000, metadata={

@@ -92,8 +92,10 @@ class RefineConfig:
         "min": 1, "help": "steps; a checkpoint holds 4 matrices of V x d'"})
     workers: int = field(default=1, metadata={
         "min": 1, "help": "Ray Train workers (data parallel)"})
-    cpus_per_worker: float = field(default=1.0, metadata={"min": 0, "help": "Ray CPUs per worker"})
-    gpus_per_worker: float = field(default=0.0, metadata={"min": 0, "help": "Ray GPUs per worker"})
+    cpus_per_worker: float = field(default=1.0, metadata={
+        "resource": True, "help": "Ray CPUs per worker"})
+    gpus_per_worker: float = field(default=0.0, metadata={
+        "resource": True, "help": "Ray GPUs per worker"})
     max_failures: int = field(default=3, metadata={
         "min": -1, "help": "worker failures survived from the last checkpoint; -1 = unlimited"})
     shuffle_buffer: int = field(default=10_000, metadata={

@@ -214,8 +214,7 @@ def list_store(store: str) -> list[dict]:
     import pyarrow.parquet as pq
 
     fs, root = storage.filesystem(store)
-    if not fs.exists(storage.filesystem(storage.join(store, MARKER))[1]):
-        raise StoreError(f"{store} is not a teacher store (no {MARKER})")
+    _check_marker(store)
     out = []
     for entry in sorted(fs.ls(root, detail=False)):
         base = entry.rstrip("/").rsplit("/", 1)[-1]
@@ -241,6 +240,28 @@ def list_store(store: str) -> list[dict]:
     return out
 
 
+def _check_marker(store: str) -> None:
+    """Refuse a path that is not a store: an empty one (the working folder), a line break, no
+    marker, or a marker that is not a store's (damaged, or a folder)."""
+    from swe.inputs import check_path_text
+
+    try:
+        check_path_text(store, "the store")
+    except ValueError as e:
+        raise StoreError(str(e)) from None
+    marker = storage.join(store, MARKER)
+    if not storage.filesystem(marker)[0].exists(storage.filesystem(marker)[1]):
+        raise StoreError(f"{store} is not a teacher store (no {MARKER})")
+    try:
+        found = json.loads(storage.read_bytes(marker))
+    except (OSError, ValueError) as e:
+        raise StoreError(f"{marker} cannot be read as a store's marker ({e}): is {store} a "
+                         "teacher store? Restore the file, or name the store's folder") from None
+    if not isinstance(found, dict) or found.get("format") != FORMAT:
+        raise StoreError(f"{marker} is not a teacher store's marker (no format "
+                         f"{FORMAT!r}): is {store} a teacher store?")
+
+
 def _namespace_descriptor(url: str) -> dict:
     """A namespace's ``_NAMESPACE.json``; a missing or damaged one is a :class:`StoreError`
     naming it (the namespace can be removed by hand, or with ``prune`` once it is readable)."""
@@ -254,9 +275,12 @@ def _namespace_descriptor(url: str) -> dict:
                           ("dim", int)):
             if not isinstance(desc[key], kind) or isinstance(desc[key], bool):
                 raise ValueError(f"its {key} is not {'a string' if kind is str else 'an integer'}")
-    except FileNotFoundError:
-        raise StoreError(f"{path} is missing: {url} is not a complete namespace; remove that "
-                         "folder, or restore the file") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise StoreError(f"{path} is missing: {url} is not a complete namespace; remove it, "
+                         "or restore the file") from None
+    except IsADirectoryError:
+        raise StoreError(f"{path} is a folder, not a namespace's descriptor: remove {url}, or "
+                         "restore the file") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise StoreError(f"{path} is damaged ({e}); restore it from a backup, or remove "
                          f"{url} (its sentences are encoded again when a build needs them)"
