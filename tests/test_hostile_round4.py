@@ -9,6 +9,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import logging
 import lzma
 import os
 import socket
@@ -259,3 +260,18 @@ def test_undefined_metrics_say_so_instead_of_a_number():
     gold = {(2, 2), (3, 3)}
     threshold, f1 = best_threshold(cands, gold)
     assert np.isfinite(threshold) and f1_at(cands, gold, threshold)["f1"] == pytest.approx(f1)
+
+
+def test_a_corpus_in_latin1_is_named_as_such_not_called_empty(tmp_path, ray_session, caplog):
+    """A Latin-1 corpus drew two warnings that contradict each other: "no non-blank lines
+    (empty file?)" and "20 line(s) not valid UTF-8, skipped"."""
+    from swe.build import build
+
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("Café crème à la française.\n".encode("latin-1") * 20)
+    cfg = load_config("quickstart", [f"corpus.en.paths=['{path}']"], output=str(tmp_path / "o"))
+    with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match="UTF-8 text"):
+        build(cfg, until="corpus")
+    warned = {r.getMessage() for r in caplog.records if "latin1.txt" in r.getMessage()}
+    assert len(warned) == 1, warned
+    assert "none of its lines is UTF-8 text (20 skipped)" in warned.pop()

@@ -180,7 +180,8 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
         shards[lang] = _cap(shards[lang], cfg.corpus[lang].max_lines)
     lines = sum(s["lines"] for v in shards.values() for s in v)
     if not lines:
-        raise ValueError("the corpus has no non-blank lines: check [corpus] paths")
+        raise ValueError("the corpus has no non-blank lines of UTF-8 text: see the warnings "
+                         "above, and check [corpus] paths")
     return Result(shards=shards, lines=lines,
                   invalid_utf8_lines=sum(r["invalid_utf8_lines"] for r in results))
 
@@ -200,6 +201,11 @@ def _cap(shards: list[dict], cap: int) -> list[dict]:
 
 def _warn_about(st: StageDir, r: dict, policy: str, lang: str) -> None:
     """Warn (log and ``_DONE.json``) about an empty input file and lines that were not UTF-8."""
+    if not r["lines"] and r["invalid_utf8_lines"]:
+        st.warn(f"{r['path']}: none of its lines is UTF-8 text ({r['invalid_utf8_lines']} "
+                "skipped): is it in another encoding (Latin-1?) or binary? Convert it to "
+                "UTF-8 (iconv -f latin1 -t utf-8)")
+        return
     if not r["lines"]:
         st.warn(f"{r['path']}: no non-blank lines (empty file?)")
     if r.get("non_text"):
