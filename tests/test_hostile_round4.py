@@ -275,3 +275,19 @@ def test_a_corpus_in_latin1_is_named_as_such_not_called_empty(tmp_path, ray_sess
     warned = {r.getMessage() for r in caplog.records if "latin1.txt" in r.getMessage()}
     assert len(warned) == 1, warned
     assert "none of its lines is UTF-8 text (20 skipped)" in warned.pop()
+
+
+def test_a_byte_order_mark_is_read_past_in_jsonl(tmp_path, ray_session):
+    """JSONL that begins with a UTF-8 BOM (what Notepad writes) was refused as "not valid
+    JSON"."""
+    import pyarrow.parquet as pq
+
+    from swe.bulk import encode_files
+    from swe.bulk.options import EncodeOptions
+
+    (tmp_path / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "a man"}\n{"text": "the man"}\n')
+    out = tmp_path / "enc"
+    encode_files(str(_model(tmp_path / "m")), [str(tmp_path / "bom.jsonl")], str(out),
+                 options=EncodeOptions(keep_columns=("text",)))
+    rows = pq.read_table(next(out.glob("v-*")), columns=["text"]).column("text").to_pylist()
+    assert rows == ["a man", "the man"], rows

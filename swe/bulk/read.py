@@ -147,7 +147,7 @@ def _record(path: str, lineno: int, line: str, cols: list[str]) -> tuple[list, b
     """The row's values (a text that is not a string becomes ``None``, encoded like a null) and
     whether its text was such a value."""
     try:
-        obj = json.loads(line)
+        obj = json.loads(line.removeprefix("\ufeff") if lineno == 1 else line)  # a UTF-8 BOM
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
     except RecursionError:
