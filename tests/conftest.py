@@ -60,16 +60,10 @@ def pytest_collection_modifyitems(config, items):
     session's in-process Ray exists. The ``cluster`` fixture stops this process's session Ray
     if one runs (and starts it again after), so the order is a speed-up, not a condition.
 
-    Under pytest-xdist (``-n 2 --dist loadgroup``, the README's command) every test that uses
-    Ray (the session's, or a cluster of its own) is in one group, ``ray``, so one worker runs
-    them one after another with one session Ray, and the other worker runs the rest (about 150
-    s of CPU-bound tests) beside them, in the CPU the Ray tests leave idle: 818 s -> 724 s
-    here. Two session Rays, one per worker, were no faster and timed out starting under load
-    (docs/limits.md)."""
+    Under pytest-xdist (``-n 2``, the README's command) each worker is its own session, with its
+    own session Ray: the tests find their own processes by ancestry (``tests/procs.py``), never
+    the other worker's. The 2 cores are busy throughout either way (docs/limits.md)."""
     items.sort(key=lambda item: item.get_closest_marker("own_ray_cluster") is None)
-    for item in items:
-        if "ray_session" in item.fixturenames or item.get_closest_marker("own_ray_cluster"):
-            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 def _free_port() -> int:

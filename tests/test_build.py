@@ -14,7 +14,8 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=4",
          "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2400",
-         "corpus.en.shard_lines=800", "extraction.batch_size=128", "extraction.job_sentences=250"]
+         "corpus.en.shard_lines=800", "extraction.batch_size=128", "extraction.job_sentences=250",
+         "extraction.actors=1"]
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +33,12 @@ def test_resume_after_interruption_gives_the_same_model(tmp_path, corpus_lines):
     src = tmp_path / "corpus.txt"
     src.write_text("".join(corpus_lines))
     out = tmp_path / "build"
-    cfg = _cfg(str(out), str(src))
+    cfg = _cfg(str(out), str(src), ["extraction.actors=2"])  # the resume: a pool of two
     build(cfg, until="selection")
     assert not (out / "work" / "extraction").exists()
     # One actor (the pool's size is not part of any stage's hash): one teacher actor pool
     # serves every extraction wave, so one process ran them all (a pool per wave: one each).
-    first = build(_cfg(str(out), str(src), ["extraction.actors=1"]))
+    first = build(_cfg(str(out), str(src)))
     model_a = StaticModel.load(out / "model")
     # Every stage states the driver's peak RSS during it (its own, not the process's so far).
     assert all(r.driver_peak_mib > 0 for r in first.values())

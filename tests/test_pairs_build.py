@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=6",
          "selection.candidates=40", "pca.sample=200", "pca.dim=64",
          "extraction.batch_size=128", "extraction.job_sentences=1000", "refine.batch_size=32",
-         "refine.eval_every=5", "refine.checkpoint_every=5", "refine.cpus_per_worker=0.5"]
+         "refine.eval_every=5", "refine.checkpoint_every=5", "refine.cpus_per_worker=0.5",
+         "extraction.actors=1"]
 
 
 def _fixture_module():

@@ -24,8 +24,7 @@ SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection
          "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2400",
          "corpus.en.shard_lines=1200", "extraction.batch_size=128",
          "extraction.job_sentences=1000", "refine.batch_size=32", "refine.eval_every=5",
-         "refine.checkpoint_every=5",
-         "refine.cpus_per_worker=0.5"]
+         "refine.checkpoint_every=5", "refine.cpus_per_worker=0.5", "extraction.actors=1"]
 # The prepared build (kill tests) distils on every selected sentence with the prefix OOV rule;
 # test_distillation_lowers_validation_loss covers the drawn sentences and the paper's rule.
 SELECTED = ["refine.sentences='selected'", "oov='prefix'", "refine.dev_max=50"]

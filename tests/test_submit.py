@@ -28,7 +28,8 @@ from swe import StaticModel, storage
 RAY = str(Path(sys.executable).with_name("ray"))
 SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=4",
          "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2400",
-         "corpus.en.shard_lines=800", "extraction.batch_size=128", "extraction.job_sentences=250"]
+         "corpus.en.shard_lines=800", "extraction.batch_size=128", "extraction.job_sentences=250",
+         "extraction.actors=1"]
 
 
 def _free_ports(n: int) -> list[int]:
