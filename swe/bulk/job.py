@@ -18,11 +18,13 @@ row counts, publish.
 from __future__ import annotations
 
 import base64
+import contextlib
 import gc
 import hashlib
 import json
 import logging
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -233,9 +235,16 @@ def encode_files(model: str, inputs: list[str], output: str, *,
         raise ValueError(f"--dim {opts.dim} exceeds the {dim} dimensions of the model at "
                          f"{model}; use --dim {dim} or less")
     layout.check_target(output, model, inputs, files, overwrite)
-    with Lease(output, purpose=f"encode with {model}") as lease:  # one writer per output
-        return _run(model, files, output, opts, (actors, max_actors, cpus_per_actor),
-                    overwrite, lease, dim)
+    new_folder = storage.is_local(output) and not os.path.exists(output)
+    try:
+        with Lease(output, purpose=f"encode with {model}") as lease:  # one writer per output
+            return _run(model, files, output, opts, (actors, max_actors, cpus_per_actor),
+                        overwrite, lease, dim)
+    except BaseException:
+        if new_folder:  # a refused input leaves no empty output folder behind (rmdir: if empty)
+            with contextlib.suppress(OSError):
+                os.rmdir(output)
+        raise
 
 
 def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
