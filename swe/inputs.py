@@ -139,9 +139,16 @@ def open_input(path: str) -> BinaryIO:
         check_regular_file(path.removeprefix("file://"))  # a pipe or a device: never ends
     fs, p = filesystem(path)
     _, comp = _split_compression(path)
-    if comp is None:
-        _refuse_unnamed_compression(path, fs, p)
-    if comp and fs.size(p) == 0:  # gzip and zstd readers take 0 bytes for an empty stream
+    if comp is None:  # one open: the first bytes are checked, then read again from 0
+        f = fs.open(p, "rb")
+        try:
+            _refuse_unnamed_compression(path, f.read(10))
+            f.seek(0)
+        except BaseException:
+            f.close()
+            raise
+        return f
+    if fs.size(p) == 0:  # gzip and zstd readers take 0 bytes for an empty stream
         raise EOFError("compressed file ended before the end-of-stream marker was reached "
                        "(it is 0 bytes: no compressed stream at all)")
     if comp == "zstd":
@@ -154,12 +161,10 @@ _MAGIC = ((b"\x1f\x8b", "gzip", ".gz"), (b"\xfd7zXZ\x00", "xz", ".xz"),
           (b"\x28\xb5\x2f\xfd", "zstd", ".zst"))
 
 
-def _refuse_unnamed_compression(path: str, fs: Any, p: str) -> None:
-    """Refuse a file named as plain text that holds compressed data (read as text, it would be
-    a line of invalid bytes, encoded or skipped without a word). No UTF-8 text starts so; bz2's
-    ``BZh`` is checked with its block marker."""
-    with fs.open(p, "rb") as f:
-        head = f.read(10)
+def _refuse_unnamed_compression(path: str, head: bytes) -> None:
+    """Refuse a file named as plain text whose first bytes ``head`` are compressed data (read as
+    text, it would be a line of invalid bytes, encoded or skipped without a word). No UTF-8
+    text starts so; bz2's ``BZh`` is checked with its block marker."""
     found = [(name, ext) for magic, name, ext in _MAGIC if head.startswith(magic)]
     if head[:3] == b"BZh" and head[4:10] == b"1AY&SY":
         found = [("bz2", ".bz2")]
