@@ -7,7 +7,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,25 +27,19 @@ def _load(path: Path):
     return module
 
 
-def test_every_benchmark_runs_its_smoke_mode(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
+def test_every_benchmark_runs_its_smoke_mode(path, tmp_path, monkeypatch, capsys):
+    """One test per script, so pytest-xdist spreads them over its workers."""
     monkeypatch.chdir(tmp_path)  # the scripts find their inputs without the repository as cwd
-    env, failed, seconds = dict(os.environ), [], {}
-    for path in SCRIPTS:
-        t = time.perf_counter()
-        try:
-            rc = _load(path).main(["--smoke"])
-        except (Exception, SystemExit) as e:  # report every script, then fail
-            rc = f"{type(e).__name__}: {e}"
-        finally:
-            os.environ.clear()  # a script's thread settings must not reach the next one
-            os.environ.update(env)
-        seconds[path.name] = round(time.perf_counter() - t, 1)
-        out = capsys.readouterr().out
-        if rc not in (0, None) or not out.strip():
-            failed.append(f"{path.name}: returned {rc!r}, printed {len(out)} characters")
-    with capsys.disabled():
-        print("\nsmoke seconds:", seconds)
-    assert not failed, "\n".join(failed)
+    env = dict(os.environ)
+    try:
+        rc = _load(path).main(["--smoke"])
+    finally:
+        os.environ.clear()  # a script's thread settings must not reach the next test
+        os.environ.update(env)
+    out = capsys.readouterr().out
+    assert rc in (0, None), f"{path.name} returned {rc!r}"
+    assert out.strip(), f"{path.name} printed nothing"
 
 
 def test_every_benchmark_has_smoke_and_a_plain_help(capsys):
