@@ -5,6 +5,7 @@ Every problem is reported at once, each with what is wrong and how to fix it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -258,20 +259,34 @@ def _validate(cfg: BuildConfig, errors: list[str], check_paths: bool,
 
 
 def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
-    """The output is a folder of its own, apart from every corpus and pairs path (a build whose
-    output holds its corpus would read its own work files as text on the next run)."""
+    """The output is a folder of its own, apart from everything the build reads: corpus and
+    pairs paths, the teacher's folder, the word lists and the languages file (a build whose
+    output holds an input would overwrite it, or read its own work files on the next run)."""
     try:
         storage.output_url(cfg.output)
     except ValueError as e:
         errors.append(str(e))
         return
-    sources = [(f"{name}.{k}", p) for name in ("corpus", "pairs")
-               for k, c in getattr(cfg, name, {}).items()
-               for p in c.paths + getattr(c, "paths_if_present", [])]
-    for where, path in sources:
-        if storage.overlaps(cfg.output, path):
-            errors.append(f"--output {cfg.output} overlaps {where}.paths entry {path!r}: the "
-                          "build would read its own files as input; choose an output outside it")
+    for where, path in _inputs(cfg):
+        if path and storage.overlaps(cfg.output, path):
+            errors.append(f"--output {cfg.output} overlaps {where} {path!r}: the build would "
+                          "overwrite or read its own files as input; choose an output outside it")
+
+
+def _inputs(cfg: BuildConfig) -> list[tuple[str, str]]:
+    """``(key, path)`` of every path the build reads (a ``{lang}`` template: its folder)."""
+    found = [(f"{name}.{k}.paths entry", p) for name in ("corpus", "pairs")
+             for k, c in getattr(cfg, name, {}).items()
+             for p in c.paths + getattr(c, "paths_if_present", [])]
+    if cfg.languages_file:
+        found.append(("languages_file", cfg.languages_file))
+    lists = getattr(getattr(cfg, "vocab", None), "word_lists", "")
+    if lists:
+        found.append(("vocab.word_lists", lists.split("{lang}")[0].rsplit("/", 1)[0]
+                      if "{lang}" in lists else lists))
+    with contextlib.suppress(ImportError, FileNotFoundError):  # validate's teacher check says
+        found.append(("the teacher folder", cfg.teacher_dir()))
+    return found
 
 
 def describe(cls: type = BuildConfig, prefix: str = "") -> list[tuple[str, str, str, str, str]]:

@@ -53,7 +53,7 @@ def build(cfg: BuildConfig, until: str | None = None,
                 hashes[stage.NAME] = stage_hash(stage.NAME, *upstream,
                                                 *stage.hash_fields(cfg, ctx.teacher))
                 st = StageDir(ctx.output, stage.NAME, hashes[stage.NAME])
-                results[stage.NAME] = _reuse(stage, st) or _run(stage, ctx, st, results)
+                results[stage.NAME] = _reuse(stage, st, cfg) or _run(stage, ctx, st, results)
             if until == stage.NAME:
                 break
     finally:
@@ -61,10 +61,12 @@ def build(cfg: BuildConfig, until: str | None = None,
     return results
 
 
-def _reuse(stage: Stage, st: StageDir) -> StageResult | None:
+def _reuse(stage: Stage, st: StageDir, cfg: BuildConfig) -> StageResult | None:
     stats = st.done_stats()
     result = None if stats is None else stage.Result.from_json(stats)
     if result is not None:
+        if hasattr(stage, "check_reuse"):
+            stage.check_reuse(cfg, result)
         log.info("[%s] already done: %s", stage.NAME, result.headline())
     return result
 

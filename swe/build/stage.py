@@ -101,6 +101,10 @@ class Stage(Protocol):
     def needs(self, cfg: BuildConfig) -> tuple[str, ...]:
         """Upstream stages whose hashes chain into this one's."""
 
+    def check_reuse(self, cfg: BuildConfig, result: StageResult) -> None:
+        """Optional: raise ``ValueError`` (saying what to do) when a finished stage's result may
+        not be reused although its hash matches (e.g. its input files changed since)."""
+
     def hash_fields(self, cfg: BuildConfig, teacher: str) -> tuple:
         """The settings that change the stage's result."""
 

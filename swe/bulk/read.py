@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +51,10 @@ def count_rows(path: str, fmt: str) -> int:
             return sum(1 for line in iter_lines(f) if line.strip())
         n, last = 0, b"\n"
         while chunk := f.read(1 << 22):
+            if last == b"\r" and chunk[:1] != b"\n":  # a lone \r at the end of the last chunk
+                raise lone_carriage_return(path, n + 1)
+            if (lone := re.search(rb"\r(?!\n)", chunk[:-1])) is not None:
+                raise lone_carriage_return(path, n + chunk.count(b"\n", 0, lone.start()) + 1)
             n += chunk.count(b"\n")
             last = chunk[-1:]
         return n + (last != b"\n")
@@ -81,6 +86,17 @@ def _describe(index: int, path: str, cols: list[str], part_rows: int
     return out, meta.num_rows, types
 
 
+def lone_carriage_return(path: str, lineno: int) -> ValueError:
+    """The error for a text input with a carriage return inside a line: old Mac (CR-only) line
+    endings, in the whole file or in part of it. A row is a line ending in ``\\n`` here, while
+    a build reads a lone ``\\r`` as a line end too, so such a file is refused, never read two
+    ways."""
+    return ValueError(f"{path} line {lineno}: a carriage return (\\r) inside the line: the file "
+                      "has old Mac (CR-only) line endings, in whole or in part, and such lines "
+                      "would be one row here; convert it first: tr '\\r' '\\n' < "
+                      f"{path} > converted.txt (or sed 's/\\r$//' first for Windows endings)")
+
+
 def _peek(path: str, cols: list[str], kind: str) -> None:
     """Before any work: a text file is not UTF-16 and its first line holds no lone carriage
     return (CR-only line endings); a JSONL file's first record has the columns asked for."""
@@ -89,10 +105,7 @@ def _peek(path: str, cols: list[str], kind: str) -> None:
             if raw.strip():
                 refuse_utf16(path, raw)
                 if kind == "text" and b"\r" in raw.removesuffix(b"\r"):
-                    raise ValueError(
-                        f"{path} line {lineno}: a carriage return (\\r) inside the line: the file "
-                        "has old Mac (CR-only) line endings, and its lines would be one row "
-                        f"here; convert it first: tr '\\r' '\\n' < {path} > converted.txt")
+                    raise lone_carriage_return(path, lineno)
                 if kind == "jsonl":
                     _record(path, lineno, raw.decode("utf-8", errors="replace"), cols)
                 return
@@ -175,6 +188,8 @@ def _text_rows(path: str, fmt: str, cols: list[str]) -> Iterator[tuple[list, boo
             except UnicodeDecodeError:
                 line, bad = raw.decode("utf-8", errors="replace"), True
             if fmt == "text":
+                if b"\r" in raw and b"\r" in raw.removesuffix(b"\r"):
+                    raise lone_carriage_return(path, lineno)
                 yield [line.removesuffix("\r")], bad, 0
             else:
                 values, non_text = _record(path, lineno, line, cols)

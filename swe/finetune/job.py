@@ -7,9 +7,11 @@ The driver reads no data: a task checks the labelled file(s) and returns the lab
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -57,6 +59,24 @@ def _check(job: FinetuneJob) -> None:
         raise ValueError(f"--seed must be >= 0, got {job.seed}")
     if job.dev is None and not 0 < job.dev_share < 1:
         raise ValueError(f"--dev-share must lie strictly between 0 and 1, got {job.dev_share}")
+
+
+def _check_dev(job: FinetuneJob) -> None:
+    """``--dev`` is not the ``--data`` file (by resolved path: a symlink, ``..`` or a hard link;
+    by bucket and key for object stores): dev loss, accuracy and early stopping would be
+    measured on the training rows."""
+    if job.dev is None:
+        return
+    same = storage.overlaps(job.dev, job.data)
+    if not same and storage.is_local(job.dev) and storage.is_local(job.data):
+        with contextlib.suppress(OSError):  # a missing file is refused where it is read
+            same = os.path.samefile(job.dev.removeprefix("file://"),
+                                    job.data.removeprefix("file://"))
+    if same:
+        raise ValueError(f"--dev {job.dev} is the --data file {job.data}: dev loss, accuracy "
+                         "and early stopping would be measured on training rows; pass a "
+                         "held-out file, or leave out --dev (a --dev-share of --data is held "
+                         "out)")
 
 
 def _check_output(job: FinetuneJob) -> None:
@@ -112,6 +132,7 @@ def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
                       dev=storage.absolute(dev) if dev else None,
                       output=storage.output_url(output), **options)
     _check(job)
+    _check_dev(job)
     _check_output(job)
     from swe.modelfiles import ModelFolder
 

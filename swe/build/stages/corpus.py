@@ -10,6 +10,7 @@ are not valid UTF-8 are counted and skipped, decoded with U+FFFD, or stop the bu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -72,11 +73,13 @@ class Result(StageResult):
     """Line shards per language (``{"path", "lines"}`` each, in corpus order)."""
 
     LOG: ClassVar[LogPhrases] = {"shards": None, "lines": ("{} lines", "lines"),
-                                 "invalid_utf8_lines": ("{} not UTF-8, skipped", None)}
+                                 "invalid_utf8_lines": ("{} not UTF-8, skipped", None),
+                                 "fingerprints": None}
 
     shards: dict[str, list[dict]]
     lines: int
     invalid_utf8_lines: int
+    fingerprints: dict[str, str] = field(default_factory=dict)  # per language: input_fingerprint
 
 
 def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
@@ -183,7 +186,33 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
         raise ValueError("the corpus has no non-blank lines of UTF-8 text: see the warnings "
                          "above, and check [corpus] paths")
     return Result(shards=shards, lines=lines,
-                  invalid_utf8_lines=sum(r["invalid_utf8_lines"] for r in results))
+                  invalid_utf8_lines=sum(r["invalid_utf8_lines"] for r in results),
+                  fingerprints={lang: input_fingerprint(cfg.corpus[lang])
+                                for lang in cfg.languages})
+
+
+def input_fingerprint(c: CorpusConfig) -> str:
+    """A hash of the names and sizes of the files a corpus table reads (paths expanded): it
+    changes when a file is added to a folder or glob, removed or rewritten to another size,
+    and not when the data folder is moved or copied (names are the files' own, not their
+    paths; modification times are not used)."""
+    h = hashlib.sha256()
+    for path in sorted(c.files(), key=lambda p: p.rsplit("/", 1)[-1]):
+        fs, inner = storage.filesystem(path)
+        h.update(f"{path.rsplit('/', 1)[-1]}\0{fs.size(inner)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def check_reuse(cfg: BuildConfig, result: Result) -> None:
+    """A finished corpus stage is reused only while its files are the ones it read: a changed
+    corpus would otherwise leave every later stage built from the old text, without a word."""
+    changed = [lang for lang, was in result.fingerprints.items()
+               if lang in cfg.corpus and input_fingerprint(cfg.corpus[lang]) != was]
+    if changed:
+        raise ValueError(f"the corpus files of {', '.join(changed)} changed since this output's "
+                         "corpus stage read them (a file added, removed or of another size): "
+                         "its stages were made from the old text. Build into a new --output, "
+                         f"or remove {cfg.output}/work to build this one again from the new text")
 
 
 def _cap(shards: list[dict], cap: int) -> list[dict]:

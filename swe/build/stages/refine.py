@@ -16,6 +16,7 @@ validation loss; the best matrix is ``<output>/step3`` and ``<output>/model``, t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping
@@ -102,7 +103,8 @@ class RefineConfig:
         "min": 0, "help": "rows in each worker's local shuffle buffer, reshuffled per epoch "
                           "(0 = the global order train_data wrote)"})
     storage: str = field(default="", metadata={
-        "help": "Ray Train storage path; default <output>/work/refine/runs"})
+        "help": "Ray Train storage path; default <output>/work/refine/runs. Builds may share "
+                "one: each output's runs go in a folder of their own under it"})
 
 
     def adam_options(self) -> dict[str, Any]:
@@ -217,7 +219,8 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
     """Train (or resume the run named by this stage's hash), save step 3 and the curves."""
     r = ctx.cfg.refine
-    runs, name = r.storage or st.path("runs"), f"refine-{st.config_hash}"
+    runs, name = runs_folder(r.storage, ctx.cfg.output) or st.path("runs"), \
+        f"refine-{st.config_hash}"
     _remove_other_runs(runs, name)
     import ray
 
@@ -241,6 +244,16 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
                   dev_rows=state["dev_rows"], early_stopped=state["step"] < r.max_steps,
                   rows_per_s_per_worker=round(state["step"] * r.batch_size / r.workers / max(
                       state.get("step_seconds", 0.0), 1e-9), 1))
+
+
+def runs_folder(shared: str, output: str) -> str:
+    """This output's own folder in a ``refine.storage`` other builds may share (named by a hash
+    of the output's URL), so a build never resumes, or removes, another build's runs; ``""``
+    without one."""
+    if not shared:
+        return ""
+    key = hashlib.sha256(storage.absolute(output).rstrip("/").encode()).hexdigest()[:16]
+    return storage.join(shared, f"output-{key}")
 
 
 def _remove_other_runs(runs: str, keep: str) -> None:

@@ -1,0 +1,110 @@
+"""The fifth hostile round (issue 42): data loss, silently wrong results, hangs and misleading
+messages found by new cases of the earlier rounds' kinds. Each test fails on the code before
+its fix. (`swe analyze` and `swe finetune`'s input: test_hostile_round5_analyze.py and
+test_hostile_round5_finetune.py.)"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from swe.build import ConfigError, load_config
+from swe.model import StaticModel
+
+TEXT = b"".join(b"A man plays a guitar number %d.\n" % i for i in range(50))
+
+
+def _model(path: Path) -> Path:
+    StaticModel.from_vectors(["a", "man", "the"], np.eye(3, dtype=np.float32)).save(str(path))
+    return path
+
+
+def _errors(tmp_path: Path, output: str, extra: list[str]) -> str:
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(TEXT)
+    with pytest.raises(ConfigError) as info:
+        load_config("quickstart", [f"corpus.en.paths=['{corpus}']", *extra], output=output)
+    return str(info.value)
+
+
+def test_an_output_inside_the_teacher_word_lists_or_languages_file_is_refused(tmp_path):
+    """A build whose output was the teacher's own folder overwrote its config.json, weights and
+    tokenizer, and exited 0: only corpus and pairs paths were checked."""
+    from swe.build.teacher import minilm_dir
+
+    teacher = tmp_path / "teacher"
+    shutil.copytree(minilm_dir(), teacher)
+    errors = _errors(tmp_path, str(teacher), [f"teacher='{teacher}'"])
+    assert "overlaps the teacher folder" in errors, errors
+    errors = _errors(tmp_path, str(teacher / "out"), [f"teacher='{teacher}'"])
+    assert "overlaps the teacher folder" in errors, errors
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "en.tsv").write_text("word\tcount\nman\t3\n")
+    errors = _errors(tmp_path, str(lists), [f"vocab.word_lists='{lists}/{{lang}}.tsv'"])
+    assert "overlaps vocab.word_lists" in errors, errors
+    table = tmp_path / "langs" / "languages.tsv"
+    table.parent.mkdir()
+    table.write_text("code\nen\n")
+    errors = _errors(tmp_path, str(table.parent), [f"languages_file='{table}'"])
+    assert "overlaps languages_file" in errors, errors
+
+
+def test_builds_sharing_refine_storage_each_get_a_folder_of_their_own(tmp_path):
+    """Two builds with one ``refine.storage``: the second removed the first's checkpoints as
+    "an earlier refine run", so a killed first build lost its resume point."""
+    from swe.build.stages.refine import runs_folder
+
+    shared = str(tmp_path / "ckpt")
+    a, b = runs_folder(shared, str(tmp_path / "a")), runs_folder(shared, str(tmp_path / "b"))
+    assert a != b and a.startswith(shared + "/") and b.startswith(shared + "/")
+    assert runs_folder(shared, str(tmp_path / "a") + "/") == a  # one output, one folder
+    assert runs_folder("", str(tmp_path / "a")) == ""  # the default: <output>/work/refine/runs
+
+
+def test_a_lone_carriage_return_on_any_line_is_refused_by_the_encoder(tmp_path, ray_session):
+    """Only line 1 was checked: a file whose later lines end in a lone \\r gave 2 rows for 4
+    lines (the build reads 4) and exited 0."""
+    from swe.bulk import encode_files
+    from swe.bulk.read import count_rows
+
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_bytes(b"the man\nthe dog\rthe cat\rthe end\n")
+    with pytest.raises(ValueError, match=r"mixed.txt line 2: a carriage return"):
+        encode_files(str(_model(tmp_path / "m")), [str(mixed)], str(tmp_path / "enc"))
+    assert not (tmp_path / "enc" / "_SUCCESS.json").exists()
+    # The row count reads the file in 4 MiB chunks: a lone \r at a chunk's end is seen, a CRLF
+    # split across two chunks is not one.
+    edge = tmp_path / "edge.txt"
+    edge.write_bytes(b"x" * ((1 << 22) - 1) + b"\ry\n")
+    with pytest.raises(ValueError, match=r"edge\.txt line 1: a carriage return"):
+        count_rows(str(edge), "text")
+    edge.write_bytes(b"x" * ((1 << 22) - 1) + b"\r\nz\n")
+    assert count_rows(str(edge), "text") == 2
+
+
+def test_a_corpus_changed_after_its_stage_ran_is_not_reused_silently(tmp_path, ray_session):
+    """A rerun after the corpus file was rewritten, or a file added to its folder, said
+    "[corpus] already done" and went on from the old text."""
+    from swe.build import build
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(TEXT)
+    out = tmp_path / "out"
+    cfg = load_config("quickstart", [f"corpus.en.paths=['{folder}']"], output=str(out))
+    assert build(cfg, until="corpus")["corpus"].lines == 50
+    assert build(cfg, until="corpus")["corpus"].lines == 50  # unchanged: reused
+    (folder / "b.txt").write_bytes(TEXT[:200])
+    with pytest.raises(ValueError, match="corpus files of en changed since"):
+        build(cfg, until="corpus")
+    (folder / "b.txt").unlink()
+    (folder / "a.txt").write_bytes(TEXT + b"One more line.\n")  # rewritten, another size
+    with pytest.raises(ValueError, match=re.escape(f"remove {out}/work to build this one again")):
+        build(cfg, until="corpus")
+    shutil.rmtree(out / "work")
+    assert build(cfg, until="corpus")["corpus"].lines == 51
