@@ -252,8 +252,8 @@ def check_reachable(address: str, timeout: float = JOIN_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with socket.create_connection((host, int(port)), timeout=5):
-                return
+            with socket.create_connection((host, int(port)), timeout=5) as conn:
+                speaks_grpc = _speaks_grpc(conn)
         except socket.gaierror as e:  # no name to retry: it will not resolve later either
             raise ConnectionError(f"RAY_ADDRESS={address}: the host {host!r} cannot be resolved "
                                   f"({e}); fix RAY_ADDRESS, or unset it to start a local Ray"
@@ -265,6 +265,33 @@ def check_reachable(address: str, timeout: float = JOIN_TIMEOUT_S) -> None:
                     "start the cluster's head there, fix RAY_ADDRESS, or unset it to start a "
                     "local Ray") from None
             time.sleep(1)
+            continue
+        if not speaks_grpc:
+            raise ConnectionError(f"something answers at RAY_ADDRESS={address}, but it is not a "
+                                  "Ray cluster's head (its GCS port speaks gRPC, this does not): "
+                                  "give the head's GCS address (ray start --head prints it, "
+                                  "usually port 6379), or unset RAY_ADDRESS to start a local Ray")
+        return
+
+
+#: An HTTP/2 client's connection preface and an empty SETTINGS frame: a Ray head's GCS (gRPC,
+#: HTTP/2) answers with a SETTINGS frame of its own.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _speaks_grpc(conn: Any) -> bool:
+    """Whether what accepted ``conn`` answers an HTTP/2 preface as a Ray head's GCS (gRPC)
+    does, with a SETTINGS frame: a web server or a database at ``RAY_ADDRESS`` would have Ray
+    retry "Failed to get cluster ID from GCS" for ever. True with ``RAY_USE_TLS`` (the GCS then
+    speaks TLS first)."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() not in ("", "0", "false"):
+        return True
+    reply = b""
+    with contextlib.suppress(OSError):  # a time-out or a reset: no Ray head either
+        conn.sendall(_HTTP2_PREFACE)
+        while len(reply) < 9 and (chunk := conn.recv(9 - len(reply))):
+            reply += chunk
+    return len(reply) == 9 and reply[3] == 0x04  # byte 3 of a frame header: its type (SETTINGS)
 
 
 class LocalRayStartError(OSError):

@@ -236,7 +236,14 @@ def test_a_bracketed_ipv6_ray_address_is_reached():
         pytest.skip("no IPv6 loopback here")
     from swe.raysetup import check_reachable
 
+    def answer_like_a_ray_head():  # an HTTP/2 SETTINGS frame, as a GCS sends (round 5)
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(64)
+            conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+
     with server:
+        threading.Thread(target=answer_like_a_ray_head, daemon=True).start()
         check_reachable(f"[::1]:{server.getsockname()[1]}", timeout=5)
 
 

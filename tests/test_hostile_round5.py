@@ -108,3 +108,26 @@ def test_a_corpus_changed_after_its_stage_ran_is_not_reused_silently(tmp_path, r
         build(cfg, until="corpus")
     shutil.rmtree(out / "work")
     assert build(cfg, until="corpus")["corpus"].lines == 51
+
+
+def test_a_ray_address_where_something_else_answers_is_refused_in_seconds(ray_session):
+    """RAY_ADDRESS naming a web server: the connection is accepted, and Ray then retried
+    "Failed to get cluster ID from GCS" for over 150 s, with no error of swe's."""
+    import http.server
+    import threading
+    import time
+
+    import ray
+
+    from swe.raysetup import check_reachable
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        t = time.monotonic()
+        with pytest.raises(ConnectionError, match="it is not a Ray cluster's head"):
+            check_reachable(f"127.0.0.1:{server.server_address[1]}")
+        assert time.monotonic() - t < 15
+    finally:
+        server.shutdown()
+    check_reachable(ray.get_runtime_context().gcs_address, timeout=5)  # a real head passes
