@@ -131,3 +131,15 @@ def test_a_ray_address_where_something_else_answers_is_refused_in_seconds(ray_se
     finally:
         server.shutdown()
     check_reachable(ray.get_runtime_context().gcs_address, timeout=5)  # a real head passes
+
+
+def test_rows_that_are_not_utf8_are_warned_about_not_only_counted(tmp_path, ray_session, capsys):
+    """A gzip holding binary, or text in another encoding: exit 0 with most rows replaced
+    characters, said only as a count in the last line."""
+    from swe.bulk import encode_files
+
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("Café crème à la française.\n".encode("latin-1") * 3 + b"the man\n")
+    summary = encode_files(str(_model(tmp_path / "m")), [str(path)], str(tmp_path / "enc"))
+    assert summary.invalid_utf8_rows == 3 and summary.rows == 4
+    assert "warning: 3 of 4 rows were not valid UTF-8" in capsys.readouterr().err

@@ -315,6 +315,11 @@ def _print_summary(summary: EncodeSummary, first_non_text: str) -> None:
         print(f"warning: {summary.non_text_values} text values were not strings (numbers, "
               f"booleans, lists or objects) and were encoded as zero vectors, like nulls; the "
               f"first is at {first_non_text}", file=sys.stderr)
+    if summary.invalid_utf8_rows:
+        print(f"warning: {summary.invalid_utf8_rows} of {summary.rows} rows were not valid UTF-8 "
+              "and were encoded with their undecodable bytes replaced (U+FFFD): is the input "
+              "text in another encoding (convert it: iconv -f CP1252 -t UTF-8), or not text at "
+              "all?", file=sys.stderr)
     print(f"encoded {summary.rows} rows ({summary.null_texts} null, {summary.non_text_values} "
           f"not text, {summary.empty_texts} empty, "
           f"{summary.invalid_utf8_rows} with invalid UTF-8) in {summary.seconds:.1f}s = "
