@@ -40,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
                    choices=["frozen", "finetune", "model2vec"])
     p.add_argument("--folds", type=int, default=10, help="cross-validation folds (as classify)")
     p.add_argument("--epochs", type=int, default=10, help="swe finetune --epochs")
+    p.add_argument("--head", choices=["linear", "mlp"], default="linear",
+                   help="swe finetune --head (mlp: one hidden layer, swe finetune's --hidden)")
     p.add_argument("--limit", type=int, help="use only the first N training rows (smoke)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--smoke", action="store_true", help=f"a tiny run: {SMOKE}")
@@ -82,7 +84,8 @@ def _write(path: Path, texts: list[str], y: np.ndarray) -> str:
     return str(path)
 
 
-def run_finetune(model: str, split: dict, work: Path, epochs: int) -> tuple[float, float, object]:
+def run_finetune(model: str, split: dict, work: Path, epochs: int,
+                 head: str = "linear") -> tuple[float, float, object]:
     """Accuracy on test, training seconds, the classifier."""
     import shutil
 
@@ -93,7 +96,7 @@ def run_finetune(model: str, split: dict, work: Path, epochs: int) -> tuple[floa
     work.mkdir(parents=True)
     t0 = time.perf_counter()
     finetune(model, _write(work / "train.parquet", *split["train"]), str(work / "clf"),
-             dev=_write(work / "dev.parquet", *split["dev"]), epochs=epochs)
+             dev=_write(work / "dev.parquet", *split["dev"]), epochs=epochs, head=head)
     secs = time.perf_counter() - t0
     clf = StaticClassifier.load(work / "clf")
     texts, y = split["test"]
@@ -142,7 +145,8 @@ def bench_task(task: str, args: argparse.Namespace, work: Path, m2v: str | None)
             continue
         accs, secs = [], 0.0
         for i, split in enumerate(parts):
-            acc, s, clf = (run_finetune(args.model, split, work / f"{task}-{i}", args.epochs)
+            acc, s, clf = (run_finetune(args.model, split, work / f"{task}-{i}", args.epochs,
+                                        args.head)
                            if method == "finetune" else run_model2vec(m2v, split))
             accs.append(acc)
             secs += s
