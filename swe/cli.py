@@ -13,7 +13,7 @@ import importlib
 import json
 import sys
 
-from swe.commands import failed
+from swe.commands import failed, quiet_broken_pipe
 
 __all__ = ["HelpFormatter", "command_parser", "info", "main"]
 
@@ -217,8 +217,13 @@ def command_parser(command: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``swe COMMAND ARGS…``; the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Dispatch ``swe COMMAND ARGS…``; the exit status (1, quietly, when the reader of its
+    output went away: ``swe store list … | head -1``)."""
+    return quiet_broken_pipe(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)))
+
+
+def _dispatch(argv: list[str]) -> int:
+    """Run ``swe COMMAND ARGS…``; the exit status."""
     if not argv or argv[0] in ("-h", "--help"):
         _top_parser().print_help()
         return 0 if argv else 2

@@ -334,6 +334,7 @@ def _check_out(out: str, model: object) -> str:
         out = storage.output_url(out, "the output")
     except ValueError as e:
         raise ExportError(f"{e}; name a new folder") from None
+    storage.refuse_file_output(out, "the output")
     if isinstance(model, str | os.PathLike) and storage.overlaps(os.fspath(model), out):
         raise ExportError(f"the output {out} overlaps the input model {os.fspath(model)}; "
                           "name a new folder outside it")

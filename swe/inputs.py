@@ -16,7 +16,7 @@ from swe.storage import data_path, filesystem, is_local, refuse_line_break
 
 __all__ = ["check_path_text", "check_regular_file", "corrupt_stream", "expand_inputs",
            "input_format", "is_text_type", "iter_lines", "open_input", "peek_lines", "present",
-           "refuse_utf16"]
+           "refuse_parquet", "refuse_utf16"]
 
 log = logging.getLogger("swe.inputs")
 
@@ -53,14 +53,15 @@ def input_format(path: str, fmt: str = "auto", flag: str = "--format") -> tuple[
 
 def expand_inputs(patterns: list[str]) -> list[str]:
     """Files matched by paths, globs or directories (recursively; ``{data}/`` and ``{sample}/``
-    resolved by :func:`data_path`), sorted; never empty. A file named twice (the same path, or a
-    folder and a file in it) is read once, with a warning naming it; a local path that is not a
-    regular file or folder (a named pipe, a device) is refused before anything reads it."""
+    resolved by :func:`data_path`), sorted; never empty. A file named twice (the same path, a
+    symbolic or hard link to it, or a folder and a file in it) is read once, with a warning
+    naming both; a local path that is not a regular file or folder (a named pipe, a device) is
+    refused before anything reads it."""
     files: list[str] = []
-    seen: dict[str, str] = {}
+    seen: dict[Any, str] = {}
     for given in patterns:
         for found in _matches(given):
-            key = os.path.realpath(found) if is_local(found) else found
+            key = _identity(found)
             if key in seen:
                 if (key, seen[key], found) not in _WARNED:  # once per process, not per stage
                     _WARNED.add((key, seen[key], found))
@@ -72,9 +73,18 @@ def expand_inputs(patterns: list[str]) -> list[str]:
     return files
 
 
+def _identity(found: str) -> Any:
+    """What makes two names one file: a local file's device and inode (a symbolic link, a
+    hard link, another spelling of the path), or the URL."""
+    if not is_local(found):
+        return found
+    st = os.stat(found.removeprefix("file://"))
+    return (st.st_dev, st.st_ino)
+
+
 #: The repeated inputs already warned about in this process (a build expands its inputs at
 #: validation and again in its stages).
-_WARNED: set[tuple[str, str, str]] = set()
+_WARNED: set[tuple[Any, str, str]] = set()
 
 
 def present(paths: list[str]) -> list[str]:
@@ -162,12 +172,15 @@ _MAGIC = ((b"\x1f\x8b", "gzip", ".gz"), (b"\xfd7zXZ\x00", "xz", ".xz"),
 
 
 def _refuse_unnamed_compression(path: str, head: bytes) -> None:
-    """Refuse a file named as plain text whose first bytes ``head`` are compressed data (read as
-    text, it would be a line of invalid bytes, encoded or skipped without a word). No UTF-8
-    text starts so; bz2's ``BZh`` is checked with its block marker."""
+    """Refuse a file named as plain text whose first bytes ``head`` are compressed data or a zip
+    archive (read as text, it would be a line of invalid bytes, encoded or skipped without a
+    word). No UTF-8 text starts so; bz2's ``BZh`` is checked with its block marker."""
     found = [(name, ext) for magic, name, ext in _MAGIC if head.startswith(magic)]
     if head[:3] == b"BZh" and head[4:10] == b"1AY&SY":
         found = [("bz2", ".bz2")]
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a zip archive (or an empty one)
+        raise ValueError(f"{path} is a zip archive, not a file swe reads: unzip it first "
+                         f"(unzip {path}) and pass the files it holds")
     if found:
         name, ext = found[0]
         raise ValueError(f"{path} holds {name}-compressed data, but its name says it is not "
@@ -253,16 +266,18 @@ def _lines(f: BinaryIO, chunk_size: int) -> Iterator[bytes]:
         yield rest
 
 
-def peek_lines(path: str, limit: int = 2) -> list[bytes]:
+def peek_lines(path: str, limit: int = 2, flag: str = "--format") -> list[bytes]:
     """The first ``limit`` non-blank lines of a (possibly compressed) text file, reading no
     further than needed; a compressed file that is cut short or is not what its name says is a
-    ``ValueError`` naming it (:func:`corrupt_stream`)."""
+    ``ValueError`` naming it (:func:`corrupt_stream`), and so is Parquet data or UTF-16 text
+    (``flag``: the format's setting, for Parquet's message)."""
     out: list[bytes] = []
     try:
         with open_input(path) as f:
             for line in iter_lines(f, 1 << 16):
                 if line.strip():
                     if not out:
+                        refuse_parquet(path, line, flag)
                         refuse_utf16(path, line)
                     out.append(line.removeprefix(b"\xef\xbb\xbf") if not out else line)
                     if len(out) == limit:
@@ -273,6 +288,16 @@ def peek_lines(path: str, limit: int = 2) -> list[bytes]:
         raise ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: "
                          f"{e}); re-create or re-download it") from None
     return out
+
+
+def refuse_parquet(path: str, head: bytes, flag: str = "--format") -> None:
+    """Refuse, naming it, a file read as text (or JSONL) whose first bytes ``head`` are
+    Parquet's: ``PAR1`` and a page header's first byte (a control byte: no text starts so).
+    Read as text, its bytes would be a few rows of garbage, or a lone carriage return error.
+    ``flag``: how the user sets the format."""
+    if head.startswith(b"PAR1") and head[4:5] and head[4] < 0x20 and head[4:5] not in b"\t\n\r":
+        raise ValueError(f"{path} holds Parquet data, not text: rename it to end in .parquet "
+                         f"(or set {flag} to parquet)")
 
 
 def refuse_utf16(path: str, head: bytes) -> None:

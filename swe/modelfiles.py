@@ -22,6 +22,7 @@ The scheme (the same on a local dir and an ``s3://`` prefix, where a rename is n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -113,6 +114,9 @@ def reseal(path: str, config_name: str = CONFIG) -> list[str]:
     names = sorted(folder.files) if isinstance(folder.files, dict) else \
         [n for n in ("model.safetensors", "vocab.txt", config.get("tokenizer")) if n]
     files = {n: _read_limited(confined(path, n, n), MAX_FILE_BYTES) for n in names}
+    for name, data in files.items():  # sealed, a BOM would make the first word another
+        if name != "model.safetensors":
+            _refuse_bom(storage.join(path, name), data)
     if config.get("format_version", 1) < FLOAT_FORMAT_VERSION and config_name == CONFIG:
         config["format_version"] = FLOAT_FORMAT_VERSION  # version 1 differs only in its checks
     _write_config(folder.config_path, config, files)
@@ -168,6 +172,30 @@ def _read_limited(path: str, limit: int) -> bytes:
     return data
 
 
+def _refuse_bom(path: str, data: bytes) -> None:
+    """Refuse a model text file starting with a UTF-8 byte-order mark (an editor's): read as
+    UTF-8 it would be part of the first line (in vocab.txt the first word, ``\\ufeffthe``,
+    whose vector text would then never find)."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise ModelFileError(f"{path} starts with a UTF-8 byte-order mark (BOM), which would be "
+                             "read as part of its first line: strip it (sed -i "
+                             f"'1s/^\\xEF\\xBB\\xBF//' {path}), then swe reseal the folder")
+
+
+def _not_a_folder(path: str, config_name: str) -> str:
+    """Why ``path``, a file (or a pipe, a device), is not a model folder."""
+    kind, hint = "a file", ""
+    if posixpath.basename(path.rstrip("/")) == config_name:
+        hint = f" ({posixpath.dirname(path.rstrip('/')) or '.'})"
+    elif storage.is_local(path):
+        with contextlib.suppress(OSError):
+            mode = os.stat(path.removeprefix("file://")).st_mode
+            kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a device"
+                    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a file")
+    return (f"{path} is {kind}, not a model folder: give the folder that holds "
+            f"{config_name}{hint}")
+
+
 def _missing(path: str, config_name: str) -> str:
     """Why a folder without its config is not a model, and where the model may be instead."""
     inner = storage.join(path, "model")
@@ -200,6 +228,8 @@ class ModelFolder:
             raw = _read_limited(self.config_path, MAX_CONFIG_BYTES)
         except FileNotFoundError:
             raise FileNotFoundError(_missing(path, config_name)) from None
+        except NotADirectoryError:
+            raise ModelFileError(_not_a_folder(path, config_name)) from None
         try:
             config = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
@@ -283,8 +313,10 @@ class ModelFolder:
         return data
 
     def read_text(self, name: str, what: str, limit: int = MAX_FILE_BYTES) -> str:
-        """A UTF-8 file of the folder; a non-UTF-8 one is an error naming it and the byte."""
+        """A UTF-8 file of the folder; a non-UTF-8 one, or one starting with a byte-order mark,
+        is an error naming it (and the byte)."""
         data = self.read(name, what, limit)
+        _refuse_bom(storage.join(self.path, name), data)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -42,6 +42,7 @@ __all__ = [
     "read_bytes",
     "read_parquet",
     "read_text",
+    "refuse_file_output",
     "refuse_line_break",
     "remove_tree",
     "save_npz",
@@ -106,6 +107,25 @@ def output_url(url: str, flag: str = "--output") -> str:
         return path
     raise ValueError(f"{flag} {url} resolves to {why}; the job writes and removes files "
                      "in its output, so name a folder of its own, e.g. out/run1")
+
+
+def refuse_file_output(url: str, flag: str = "--output", file_ok: bool = False) -> None:
+    """Refuse a local output folder that is an existing file (unless ``file_ok``: a command
+    that replaces it says so itself), or lies under one (every write would fail with "Not a
+    directory"), naming ``flag``."""
+    if not is_local(url):
+        return
+    path = os.path.abspath(os.fspath(url).removeprefix("file://"))
+    above = path
+    while not os.path.lexists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if os.path.isdir(above) or (file_ok and above == path):
+        return
+    if above == path:
+        raise ValueError(f"{flag} {url} is an existing file, not a folder: name a folder "
+                         "instead")
+    raise ValueError(f"{flag} {url} lies under {above}, which is a file, not a folder: name "
+                     "another path")
 
 
 def refuse_line_break(path: str, what: str = "") -> None:

@@ -190,8 +190,8 @@ def load_config(path: str | None, overrides: list[str] = (), output: str | None 
             inputs.check_path_text(path, "--config")
             if os.path.exists(path) and not os.path.isdir(path):
                 inputs.check_regular_file(path)  # a named pipe would block the read
-            with open(path, "rb") as f:
-                raw = tomllib.load(f)
+            with open(path, "rb") as f:  # past a UTF-8 byte-order mark (an editor's)
+                raw = tomllib.loads(f.read().decode("utf-8-sig"))
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path} (a TOML file, or one of the "
                               f"configs that ship with swe: {', '.join(shipped_configs())})"
@@ -264,6 +264,7 @@ def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
     output holds an input would overwrite it, or read its own work files on the next run)."""
     try:
         storage.output_url(cfg.output)
+        storage.refuse_file_output(cfg.output)
     except ValueError as e:
         errors.append(str(e))
         return

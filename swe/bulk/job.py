@@ -223,6 +223,7 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     for p in inputs:  # before absolute(), which would read '' as the working directory
         check_path_text(p, "--input")
     model, output = storage.absolute(model), storage.output_url(output)
+    storage.refuse_file_output(output, file_ok=True)  # replacing a file: check_target says
     inputs = [storage.absolute(p) for p in inputs]  # workers may run in another directory
     files = expand_inputs(inputs)
     _validate(opts, files, actors, max_actors, cpus_per_actor)

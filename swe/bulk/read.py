@@ -20,7 +20,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe.bulk.options import EncodeOptions
-from swe.inputs import input_format, is_text_type, iter_lines, open_input, refuse_utf16
+from swe.inputs import (
+    input_format,
+    is_text_type,
+    iter_lines,
+    open_input,
+    refuse_parquet,
+    refuse_utf16,
+)
 
 __all__ = ["check_types", "count_rows", "plan", "read_task"]
 
@@ -53,7 +60,7 @@ def count_rows(path: str, fmt: str) -> int:
         while chunk := f.read(1 << 22):
             if last == b"\r" and chunk[:1] != b"\n":  # a lone \r at the end of the last chunk
                 raise lone_carriage_return(path, n + 1)
-            if (lone := re.search(rb"\r(?!\n)", chunk[:-1])) is not None:
+            if (lone := re.search(rb"\r(?=[^\n])", chunk)) is not None:  # a final \r: above
                 raise lone_carriage_return(path, n + chunk.count(b"\n", 0, lone.start()) + 1)
             n += chunk.count(b"\n")
             last = chunk[-1:]
@@ -98,11 +105,14 @@ def lone_carriage_return(path: str, lineno: int) -> ValueError:
 
 
 def _peek(path: str, cols: list[str], kind: str) -> None:
-    """Before any work: a text file is not UTF-16 and its first line holds no lone carriage
-    return (CR-only line endings); a JSONL file's first record has the columns asked for."""
+    """Before any work: a text file is not Parquet data or UTF-16 and its first line holds no
+    lone carriage return (CR-only line endings); a JSONL file's first record has the columns
+    asked for."""
     with named(path), open_input(path) as f:
         for lineno, raw in enumerate(iter_lines(f, 1 << 16), 1):
             if raw.strip():
+                if lineno == 1:
+                    refuse_parquet(path, raw)
                 refuse_utf16(path, raw)
                 if kind == "text" and b"\r" in raw.removesuffix(b"\r"):
                     raise lone_carriage_return(path, lineno)

@@ -16,11 +16,12 @@ Every command ends with one exit status, from one mapping (:func:`failed`; docs/
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "failed",
-           "object_store_failure"]
+           "object_store_failure", "quiet_broken_pipe"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _WRONG_INPUT = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
@@ -59,3 +60,16 @@ def object_store_failure(error: BaseException, urls: Iterable[str]) -> int:
         raise error
     print(f"error: {message}", file=sys.stderr)
     return EXIT_FAILED
+
+
+def quiet_broken_pipe(run: Callable[[], int | None]) -> int:
+    """``run()``'s exit status, its output flushed; when whoever read the output stopped early
+    (``swe … | head -1``), exit status 1 and no traceback. Standard output is pointed at
+    ``/dev/null`` then, so the interpreter's own flush at exit fails no second time."""
+    try:
+        status = run()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    return int(status or 0)

@@ -24,12 +24,12 @@ from pathlib import Path
 from swe.eval import classification
 from swe.eval.data import STSB, TATOEBA, data_root
 from swe.eval.encoders import Encoder
-from swe.eval.mining import bucc_tatoeba
+from swe.eval.mining import DISTRACTOR_CORPORA, bucc_tatoeba
 from swe.eval.retrieval import pair_retrieval, tatoeba
 from swe.eval.similarity import sts_dir
 
-__all__ = ["FAMILIES", "GROUPS", "NAMED", "TaskKind", "UnknownTaskError", "expand", "headline",
-           "resolve", "run_task"]
+__all__ = ["CHOICES", "FAMILIES", "GROUPS", "NAMED", "TaskKind", "UnknownTaskError", "expand",
+           "headline", "known", "resolve", "run_task"]
 
 
 class UnknownTaskError(ValueError):
@@ -60,6 +60,17 @@ NAMED: dict[str, TaskKind] = {
     for name in classification.TASKS}
 #: Names that stand for several tasks.
 GROUPS: dict[str, tuple[str, ...]] = {"classification": classification.TASKS}
+#: The arguments a family takes, where they are a fixed few (STS-B's splits, the languages
+#: with distractor corpora); a name outside them is refused before any work.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "stsb-": ("dev", "test", "train"),
+    "bucc-": tuple(sorted(set(DISTRACTOR_CORPORA) - {"eng"}))}
+
+
+def known() -> str:
+    """The task names, as an error lists them."""
+    families = [f"{p}{a}" for p, args in CHOICES.items() for a in args]
+    return ", ".join([*families, "sts:PATH", "tatoeba-XXX", "pairs:PATH", *NAMED, *GROUPS])
 
 
 def resolve(task: str) -> tuple[TaskKind, str]:
@@ -67,9 +78,10 @@ def resolve(task: str) -> tuple[TaskKind, str]:
     if task in NAMED:
         return NAMED[task], task
     for prefix, kind in FAMILIES.items():
-        if task.startswith(prefix) and len(task) > len(prefix):
-            return kind, task[len(prefix):]
-    raise UnknownTaskError(f"unknown task {task!r}; see --help")
+        arg = task[len(prefix):]
+        if task.startswith(prefix) and arg and arg in CHOICES.get(prefix, (arg,)):
+            return kind, arg
+    raise UnknownTaskError(f"unknown task {task!r}; known tasks: {known()}")
 
 
 def expand(tasks: Iterable[str]) -> list[str]:

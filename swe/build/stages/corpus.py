@@ -113,7 +113,7 @@ def _check_formats(c: CorpusConfig, lang: str, errors: list[str]) -> None:
         try:
             if fmt != "tsv":
                 fmt = input_format(path, fmt, f"corpus.{lang}.format")[0]
-            texts += _has_text(path, fmt, col)
+            texts += _has_text(path, fmt, col, f"corpus.{lang}.format")
         except ValueError as e:
             errors.append(str(e))
             return
@@ -125,17 +125,18 @@ def _check_formats(c: CorpusConfig, lang: str, errors: list[str]) -> None:
                       f"{' …' if len(files) > 3 else ''}): add text, or leave {lang!r} out")
 
 
-def _has_text(path: str, fmt: str, column: str) -> bool:
+def _has_text(path: str, fmt: str, column: str, flag: str) -> bool:
     """Whether a corpus file holds a row of text (a TSV's header must name ``column``; a
     Parquet file must have it, as text: checked here rather than in the corpus stage's tasks).
-    A Parquet file's column is read until its first non-blank text."""
+    A Parquet file's column is read until its first non-blank text. ``flag``: the format's
+    setting, named when a text file holds Parquet data."""
     if fmt == "parquet":
         with open_input(path) as f:
             parquet = pq.ParquetFile(f)
             _check_text_column(path, parquet.schema_arrow, column)
             return any(any(t and t.strip() for t in b.column(0).to_pylist())
                        for b in parquet.iter_batches(batch_size=4096, columns=[column]))
-    lines = inputs.peek_lines(path, 2 if fmt == "tsv" else 1)
+    lines = inputs.peek_lines(path, 2 if fmt == "tsv" else 1, flag)
     if fmt == "tsv" and lines:
         header = [h.strip() for h in lines[0].decode("utf-8", "replace").split("\t")]
         if column not in header:

@@ -141,7 +141,7 @@ def _check_headers(key: str, p: pairs.PairsConfig, errors: list[str]) -> None:
         if p.format not in ("auto", "tsv") or ".tsv" not in path.rsplit("/", 1)[-1]:
             continue
         try:
-            lines = inputs.peek_lines(path, 1)
+            lines = inputs.peek_lines(path, 1, f"pairs.{key}.format")
         except OSError as e:
             errors.append(f"pairs.{key}: cannot read {path} ({e})")
             return

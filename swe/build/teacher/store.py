@@ -325,6 +325,7 @@ def prune(store: str, teacher: str | None = None, runtime: str | None = None,
     """Remove the namespaces matching every given filter (teacher: a sha256 prefix; age: the
     newest write); the removed entries (with ``dry_run``, the ones that would be removed, and
     nothing is). Filters that could match everything are refused (:func:`prune_problem`)."""
+    teacher = teacher.lower() if isinstance(teacher, str) else teacher  # as list shows it
     problem = prune_problem(teacher, runtime, older_than_days)
     if problem:
         raise StoreError(problem)
