@@ -143,3 +143,16 @@ def test_rows_that_are_not_utf8_are_warned_about_not_only_counted(tmp_path, ray_
     summary = encode_files(str(_model(tmp_path / "m")), [str(path)], str(tmp_path / "enc"))
     assert summary.invalid_utf8_rows == 3 and summary.rows == 4
     assert "warning: 3 of 4 rows were not valid UTF-8" in capsys.readouterr().err
+
+
+def test_a_truncated_compressed_finetune_file_is_one_line(tmp_path):
+    """Round 6: a cut-short .csv.gz for swe finetune was an EOFError traceback from a Ray task."""
+    import gzip
+
+    from swe.finetune.data import read_labelled
+
+    data = gzip.compress(b"text,label\n" + b"the man plays,a\nthe dog runs,b\n" * 200)
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut\.csv\.gz: truncated or corrupt compressed file"):
+        read_labelled(str(path), "text", "label")

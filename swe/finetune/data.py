@@ -54,14 +54,20 @@ def _format(path: str) -> str:
 
 
 def _table(path: str, text_column: str, label_column: str) -> pa.Table:
-    from swe.inputs import check_regular_file, open_input
+    from swe.inputs import check_regular_file, corrupt_stream, open_input
     from swe.storage import is_local
 
     if is_local(path):
         check_regular_file(path)
     fmt = _format(path)
-    with open_input(path) as f:
-        data = f.read()
+    try:
+        with open_input(path) as f:
+            data = f.read()
+    except Exception as e:
+        if not corrupt_stream(e):
+            raise
+        raise ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: "
+                         f"{e}); re-create or re-download it") from None
     if fmt != "parquet":
         _check_utf8(path, data)
     try:
