@@ -161,9 +161,32 @@ def _comparable(url: str) -> str:
 
 
 def overlaps(a: str, b: str) -> bool:
-    """``a`` and ``b`` are the same place, or one lies inside the other."""
+    """``a`` and ``b`` are the same place, or one lies inside the other; locally also when one
+    is a hard link of the other or of a file inside it (writing it would change the other)."""
+    local = is_local(a) and is_local(b)
     a, b = _comparable(data_path(a)), _comparable(data_path(b))
-    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+    if a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/"):
+        return True
+    return local and (_hard_link_in(a, b) or _hard_link_in(b, a))
+
+
+def _hard_link_in(file: str, place: str) -> bool:
+    """``file`` is a file with other names, one of them ``place`` or a file under it."""
+    try:
+        st = os.stat(file)
+        if not (os.path.isfile(file) and st.st_nlink > 1 and os.path.exists(place)):
+            return False
+        if os.path.isfile(place):
+            return os.path.samefile(file, place)
+        key = (st.st_dev, st.st_ino)
+        for root, _, names in os.walk(place):
+            for name in names:
+                other = os.stat(os.path.join(root, name))
+                if (other.st_dev, other.st_ino) == key:
+                    return True
+    except OSError:
+        return False
+    return False
 
 
 def within(child: str, parent: str) -> bool:

@@ -108,6 +108,10 @@ def test_a_corpus_changed_after_its_stage_ran_is_not_reused_silently(tmp_path, r
         build(cfg, until="corpus")
     shutil.rmtree(out / "work")
     assert build(cfg, until="corpus")["corpus"].lines == 51
+    # Round 6: a rewrite that keeps the size (sed 's/ and / AND /') was not noticed.
+    (folder / "a.txt").write_bytes((TEXT + b"One more line.\n").replace(b"man", b"MAN"))
+    with pytest.raises(ValueError, match="corpus files of en changed since"):
+        build(cfg, until="corpus")
 
 
 def test_a_ray_address_where_something_else_answers_is_refused_in_seconds(ray_session):
@@ -156,3 +160,22 @@ def test_a_truncated_compressed_finetune_file_is_one_line(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=r"cut\.csv\.gz: truncated or corrupt compressed file"):
         read_labelled(str(path), "text", "label")
+
+
+def test_an_output_that_is_a_hard_link_of_an_input_is_refused(tmp_path, capsys):
+    """Round 6: ``--json`` onto a hard link of the model's config.json (another name, the same
+    file) rewrote the model's config; the path checks saw two different names."""
+    import os
+
+    from swe.cli import main
+
+    model = _model(tmp_path / "m")
+    os.link(model / "config.json", tmp_path / "c.json")
+    sts = tmp_path / "s.tsv"
+    sts.write_text("a man\tthe man\t4.0\nthe a\ta the\t1.0\nman\ta\t2.5\n")
+    before = (model / "config.json").read_bytes()
+    assert main(["evaluate", "--model", str(model), "--tasks", f"sts:{sts}",
+                 "--json", str(tmp_path / "c.json")]) == 2
+    assert "would overwrite" in capsys.readouterr().err
+    assert main(["analyze", "--model", str(model), "--json", str(tmp_path / "c.json")]) == 2
+    assert (model / "config.json").read_bytes() == before

@@ -25,6 +25,7 @@ import logging
 import sys
 from pathlib import Path
 
+from swe import storage
 from swe.cli import HelpFormatter
 from swe.commands import failed
 from swe.eval.data import data_root
@@ -70,7 +71,8 @@ def _check(args: argparse.Namespace) -> None:
                              f"{Path(path) / ('results.' + suffix)}")
         target = Path(path).resolve()
         for given in _inputs(args):
-            if target == given or given in target.parents:
+            if target == given or given in target.parents or storage.overlaps(str(target),
+                                                                            str(given)):
                 raise ValueError(f"--{name} {path} would overwrite {given}, an input of this "
                                  "evaluation; name another file")
     if args.json and args.markdown and Path(args.json).resolve() == Path(args.markdown).resolve():
