@@ -184,7 +184,7 @@ def _hard_link_in(file: str, place: str) -> bool:
                 other = os.stat(os.path.join(root, name))
                 if (other.st_dev, other.st_ino) == key:
                     return True
-    except OSError:
+    except (OSError, ValueError):  # unreadable, or no real path (a NUL byte: refused elsewhere)
         return False
     return False
 

@@ -5,6 +5,7 @@ test_hostile_round5_finetune.py.)"""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -179,3 +180,19 @@ def test_an_output_that_is_a_hard_link_of_an_input_is_refused(tmp_path, capsys):
     assert "would overwrite" in capsys.readouterr().err
     assert main(["analyze", "--model", str(model), "--json", str(tmp_path / "c.json")]) == 2
     assert (model / "config.json").read_bytes() == before
+
+
+def test_output_to_a_full_disk_is_one_line(tmp_path):
+    """Round 6: ``swe info M > /dev/full`` was an OSError (ENOSPC) traceback."""
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    model = _model(tmp_path / "m")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "swe.cli", "info", str(model)], stdout=full,
+                              stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: cannot write the output (No space left on device): free space where it goes"]

@@ -16,6 +16,7 @@ Every command ends with one exit status, from one mapping (:func:`failed`; docs/
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -71,5 +72,12 @@ def quiet_broken_pipe(run: Callable[[], int | None]) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except OSError as e:  # output to a full disk (``swe info M > /dev/full``)
+        if e.errno != errno.ENOSPC:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"error: cannot write the output ({e.strerror}): free space where it goes",
+              file=sys.stderr)
         return EXIT_FAILED
     return int(status or 0)

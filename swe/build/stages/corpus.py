@@ -288,9 +288,10 @@ def _lines(path: str, fmt: str, text_column: str, stats: dict,
     except Exception as e:
         if not inputs.corrupt_stream(e):
             raise
-        raise ValueError(f"{path}: truncated or corrupt compressed file after line "
-                         f"{stats['read']} ({type(e).__name__}: {e}); re-create or re-download "
-                         "it, or leave it out of [corpus] paths") from None
+        where = f" after line {stats['read']}" if stats["read"] else ""  # read in 4 MiB chunks
+        raise ValueError(f"{path}: truncated or corrupt compressed file{where} "
+                         f"({type(e).__name__}: {e}); re-create or re-download it, or leave it "
+                         "out of [corpus] paths") from None
 
 
 def _file_lines(path: str, fmt: str, text_column: str, stats: dict,
