@@ -14,9 +14,9 @@ from typing import Any, BinaryIO
 
 from swe.storage import data_path, filesystem, is_local, refuse_line_break
 
-__all__ = ["check_path_text", "check_regular_file", "corrupt_stream", "expand_inputs",
-           "input_format", "is_text_type", "iter_lines", "open_input", "peek_lines", "present",
-           "refuse_parquet", "refuse_utf16"]
+__all__ = ["check_path_text", "check_regular_file", "corrupt_file", "corrupt_stream",
+           "expand_inputs", "input_format", "is_text_type", "iter_lines", "open_input",
+           "peek_lines", "present", "refuse_parquet", "refuse_utf16"]
 
 log = logging.getLogger("swe.inputs")
 
@@ -285,9 +285,14 @@ def peek_lines(path: str, limit: int = 2, flag: str = "--format") -> list[bytes]
     except Exception as e:
         if not corrupt_stream(e):
             raise
-        raise ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: "
-                         f"{e}); re-create or re-download it") from None
+        raise corrupt_file(path, e) from None
     return out
+
+
+def corrupt_file(path: str, e: BaseException) -> ValueError:
+    """The one-line error for ``path``, whose reading raised ``e`` (:func:`corrupt_stream`)."""
+    return ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e}); "
+                      "re-create or re-download it")
 
 
 def refuse_parquet(path: str, head: bytes, flag: str = "--format") -> None:

@@ -54,7 +54,7 @@ def _format(path: str) -> str:
 
 
 def _table(path: str, text_column: str, label_column: str) -> pa.Table:
-    from swe.inputs import check_regular_file, corrupt_stream, open_input
+    from swe.inputs import check_regular_file, corrupt_file, corrupt_stream, open_input
     from swe.storage import is_local
 
     if is_local(path):
@@ -66,8 +66,7 @@ def _table(path: str, text_column: str, label_column: str) -> pa.Table:
     except Exception as e:
         if not corrupt_stream(e):
             raise
-        raise ValueError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: "
-                         f"{e}); re-create or re-download it") from None
+        raise corrupt_file(path, e) from None
     if fmt != "parquet":
         _check_utf8(path, data)
     try:

@@ -7,11 +7,9 @@ The driver reads no data: a task checks the labelled file(s) and returns the lab
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -67,12 +65,7 @@ def _check_dev(job: FinetuneJob) -> None:
     measured on the training rows."""
     if job.dev is None:
         return
-    same = storage.overlaps(job.dev, job.data)
-    if not same and storage.is_local(job.dev) and storage.is_local(job.data):
-        with contextlib.suppress(OSError):  # a missing file is refused where it is read
-            same = os.path.samefile(job.dev.removeprefix("file://"),
-                                    job.data.removeprefix("file://"))
-    if same:
+    if storage.overlaps(job.dev, job.data):  # hard links included
         raise ValueError(f"--dev {job.dev} is the --data file {job.data}: dev loss, accuracy "
                          "and early stopping would be measured on training rows; pass a "
                          "held-out file, or leave out --dev (a --dev-share of --data is held "
