@@ -12,10 +12,11 @@ import argparse
 import importlib
 import json
 import sys
+from typing import IO
 
 from swe.commands import failed, quiet_broken_pipe
 
-__all__ = ["HelpFormatter", "command_parser", "info", "main"]
+__all__ = ["ArgumentParser", "HelpFormatter", "command_parser", "info", "main"]
 
 JOBS = {"build": "build a model from a config",
         "encode": "bulk-encode files with a model (Ray Data)",
@@ -37,6 +38,18 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         if action.default in (None, False, []) or "default" in (action.help or ""):
             return action.help or ""
         return super()._get_help_string(action)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, except that help and usage that cannot be written (a full disk, a
+    closed pipe) raise, where argparse drops them and exits 0; ``quiet_broken_pipe`` turns that
+    into one line and exit status 1."""
+
+    def print_help(self, file: IO[str] | None = None) -> None:  # noqa: D102
+        (file or sys.stdout).write(self.format_help())
+
+    def print_usage(self, file: IO[str] | None = None) -> None:  # noqa: D102
+        (file or sys.stdout).write(self.format_usage())
 
 
 def info(path: str) -> dict:
@@ -62,7 +75,7 @@ def info(path: str) -> dict:
 
 
 def _info_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="swe info", formatter_class=HelpFormatter,
+    p = ArgumentParser(prog="swe info", formatter_class=HelpFormatter,
                                 description=LOCAL["info"]
                                 + "\n\nexample: swe info out/quickstart/model")
     p.add_argument("model", help="a saved swe model (dir or s3:// prefix)")
@@ -91,7 +104,7 @@ def _info_main(argv: list[str]) -> int:
 
 
 def _reseal_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="swe reseal", formatter_class=HelpFormatter,
         description=LOCAL["reseal"] + ": for a folder saved by an older swe, or a config.json "
         "edited on purpose. A model whose files do not match their recorded checksums refuses to"
@@ -129,7 +142,7 @@ def _reseal_main(argv: list[str]) -> int:
 def _export_parser() -> argparse.ArgumentParser:
     from swe.export import TARGETS
 
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="swe export", formatter_class=HelpFormatter,
         description=LOCAL["export"] + " (docs/export.md)\n\nexample:\n"
         "  swe export out/quickstart/model --to model2vec out/quickstart-m2v\n"
@@ -153,7 +166,7 @@ def _export_main(argv: list[str]) -> int:
 
 
 def _store_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="swe store", formatter_class=HelpFormatter,
         description=LOCAL["store"] + " (docs/teacher.md)\n\nexample:\n"
         "  swe store list out/teacher-store\n"
@@ -196,7 +209,7 @@ def _store_main(argv: list[str]) -> int:
 
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {n:9} {h}" for n, h in {**JOBS, **LOCAL}.items())
-    return argparse.ArgumentParser(
+    return ArgumentParser(
         prog="swe", formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="swe [-h] COMMAND [ARGS ...]",
         description=f"static word embeddings: build, encode, evaluate, export\n\n"

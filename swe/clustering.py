@@ -188,11 +188,15 @@ def _check(clusters: int, dtype: str, scale: str, iterations: int) -> None:
                          f"{', '.join(SCALES)}; got {dtype!r}, {scale!r}")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"--iterations must be a positive integer, got {iterations!r}")
+    if scale != "row" and dtype != "int8":
+        raise ValueError(f"--scale {scale} applies to --dtype int8 only (the centroids are "
+                         f"{dtype}); leave --scale out or add --dtype int8")
 
 
 def _check_output(model: str, out: str) -> str:
     """The output as a job may use it: not the input, not inside or around it, and empty."""
     out = storage.output_url(out)
+    storage.refuse_file_output(out)
     if storage.overlaps(model, out):
         raise ValueError(f"--output {out} overlaps the input model {model}; name a new folder")
     fs, path = storage.filesystem(out)

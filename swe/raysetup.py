@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["AUTH_LOGGER", "HARMLESS", "check_reachable", "clear_status", "configure_console",
-           "console", "get",
+           "console", "fit", "get",
            "init_ray", "show_status", "user_error"]
 
 log = logging.getLogger("swe")
@@ -371,6 +371,17 @@ def get(refs: Any) -> Any:
         return ray.get(refs)
     except ray.exceptions.RayTaskError as e:
         raise e.as_instanceof_cause() from None
+
+
+def fit(trainer: Any) -> Any:
+    """``trainer.fit()``, with a run stopped by a signal raised as ``KeyboardInterrupt``. On
+    Ctrl-C, Ray Train's own handler aborts the run (its checkpoints stay, for the rerun to resume
+    from) and the driver's wait ends in ``SystemExit``, which no command reports: the process
+    would end with no word, as if it had finished or crashed, instead of "interrupted"."""
+    try:
+        return trainer.fit()
+    except SystemExit:
+        raise KeyboardInterrupt from None
 
 
 _USER_ERRORS = {"ValueError": ValueError, "FileNotFoundError": FileNotFoundError,

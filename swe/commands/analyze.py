@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from swe import storage
-from swe.cli import HelpFormatter
+from swe.cli import ArgumentParser, HelpFormatter
 from swe.commands import failed
 from swe.ensemble import ENSEMBLE
 from swe.eval.analysis import analyze
@@ -47,7 +47,7 @@ def _pair(item: str) -> tuple[str, str]:
 
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The job's arguments (shared with `swe analyze`)."""
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", action="append", default=[], help="a swe model dir (repeatable)")
     p.add_argument("--components", type=int, default=3, help="principal components to show")
     p.add_argument("--words", type=int, default=10, help="words per end of each component")

@@ -25,9 +25,9 @@ import time
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The job's arguments (shared with `swe build`)."""
     from swe.build.stages import STAGE_NAMES
-    from swe.cli import HelpFormatter
+    from swe.cli import ArgumentParser, HelpFormatter
 
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter,
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter,
                                 epilog="every config key with its type, default, range and "
                                        "meaning: python -m swe.build")
     p.add_argument("--config", required=True,

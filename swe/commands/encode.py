@@ -20,9 +20,9 @@ from dataclasses import asdict
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The job's arguments (shared with `swe encode`)."""
     from swe.bulk.options import add_arguments
-    from swe.cli import HelpFormatter
+    from swe.cli import ArgumentParser, HelpFormatter
 
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, help="saved swe model (dir or s3:// prefix)")
     p.add_argument("--input", required=True, nargs="+", help="files, globs or directories")
     p.add_argument("--output", required=True, help="output dir or s3:// prefix")

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from swe import storage
-from swe.cli import HelpFormatter
+from swe.cli import ArgumentParser, HelpFormatter
 from swe.commands import failed
 from swe.eval.data import data_root
 from swe.eval.report import EvaluationError, evaluate
@@ -35,7 +35,7 @@ from swe.eval.tasks import UnknownTaskError
 
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The job's arguments (shared with `swe evaluate`)."""
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="SPEC",
                    help="an encoder (above); repeatable")
     p.add_argument("--tasks", nargs="+", default=["stsb-dev", "stsb-test"], help="tasks (above)")

@@ -22,10 +22,10 @@ from dataclasses import MISSING, asdict, fields
 
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The job's arguments: one flag per FinetuneJob option (its default and help)."""
-    from swe.cli import HelpFormatter
+    from swe.cli import ArgumentParser, HelpFormatter
     from swe.finetune import FinetuneJob
 
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, help="a saved swe model (dir or s3:// prefix)")
     p.add_argument("--data", required=True, help="the labelled training file")
     p.add_argument("--output", required=True, help="a new folder (or s3:// prefix)")

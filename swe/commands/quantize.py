@@ -18,10 +18,10 @@ import sys
 
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The job's arguments."""
-    from swe.cli import HelpFormatter
+    from swe.cli import ArgumentParser, HelpFormatter
     from swe.matrix import DTYPES, SCALES
 
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("model", help="a saved swe model (dir or s3:// prefix)")
     p.add_argument("--clusters", type=int, required=True, help="K, the shared vectors (>= 2)")
     p.add_argument("--output", required=True, help="a new folder or s3:// prefix")

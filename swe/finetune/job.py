@@ -96,7 +96,10 @@ def _inspect(path: str, text_column: str, label_column: str) -> dict:
     from swe.finetune.data import read_labelled
 
     data = read_labelled(path, text_column, label_column)
-    return {"rows": len(data.texts), "classes": data.classes, "multi_label": data.multi_label}
+    rows = sorted(zip(data.texts, map(str, data.labels), strict=True))
+    digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    return {"rows": len(data.texts), "classes": data.classes, "multi_label": data.multi_label,
+            "digest": digest}
 
 
 def _run_name(job: FinetuneJob) -> str:
@@ -135,6 +138,10 @@ def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
     inspect = ray.remote(num_cpus=0.5)(_inspect)
     facts = ray.get([inspect.remote(p, job.text_column, job.label_column)
                      for p in (job.data, job.dev) if p])
+    if job.dev and facts[0]["digest"] == facts[1]["digest"]:
+        raise ValueError(f"--dev {job.dev} holds the same rows as --data {job.data} (a copy): "
+                         "dev loss, accuracy and early stopping would be measured on training "
+                         "rows; pass a held-out file, or leave out --dev")
     if job.dev and facts[0]["multi_label"] != facts[1]["multi_label"]:
         raise ValueError(f"{job.data} and {job.dev}: one is multi-label and the other is not")
     state = _train(job, max_failures)
@@ -151,6 +158,7 @@ def _train(job: FinetuneJob, max_failures: int) -> dict:
     from ray.train.torch import TorchTrainer
 
     from swe.modelfiles import ModelFolder
+    from swe.raysetup import fit
 
     runs = storage.join(job.output, "work", "runs")
     name = _run_name(job)
@@ -158,13 +166,13 @@ def _train(job: FinetuneJob, max_failures: int) -> dict:
         if old != name:
             storage.remove_tree(storage.join(runs, old))  # another config's killed run
     fs, path = storage.pyarrow_filesystem(runs)
-    TorchTrainer(
+    fit(TorchTrainer(
         train_loop, train_loop_config={"job": job},
         scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
         run_config=RunConfig(name=name, storage_path=path, storage_filesystem=fs,
                              failure_config=FailureConfig(max_failures=max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=1)),
-    ).fit()
+    ))
     from swe.classifier import CLASSIFIER, CLASSIFIER_FORMAT
 
     folder = ModelFolder(job.output, fmt=CLASSIFIER_FORMAT, version=1, config_name=CLASSIFIER)

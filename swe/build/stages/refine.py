@@ -286,13 +286,15 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from swe.raysetup import fit
+
     fs, path = storage.pyarrow_filesystem(run_storage)
     use_gpu = refine.gpus_per_worker > 0
     resources = {"CPU": refine.cpus_per_worker}
     if use_gpu:
         resources["GPU"] = refine.gpus_per_worker
     with relay() as progress:
-        result = TorchTrainer(
+        result = fit(TorchTrainer(
             train_loop,
             train_loop_config={"job": TrainJob(refine, init_model, seed, train_rows,
                                                progress=progress)},
@@ -304,7 +306,7 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
             run_config=RunConfig(name=run_name, storage_path=path, storage_filesystem=fs,
                                  failure_config=FailureConfig(max_failures=refine.max_failures),
                                  checkpoint_config=CheckpointConfig(num_to_keep=2)),
-        ).fit()
+        ))
     if result.checkpoint is None:
         raise RuntimeError("refinement finished without a checkpoint: no evaluation ran")
     ckpt = result.checkpoint
