@@ -117,26 +117,45 @@ def _reseal_main(argv: list[str]) -> int:
     args = _reseal_parser().parse_args(argv)
     from swe import storage
     from swe.ensemble import ENSEMBLE
-    from swe.model import StaticModel
-    from swe.modelfiles import ModelFolder, reseal
 
     try:
         fs, p = storage.filesystem(storage.join(args.model, ENSEMBLE))
-        if fs.exists(p):  # an ensemble: each member, then ensemble.json
-            members = ModelFolder(args.model, config_name=ENSEMBLE, verify=False).get(
-                "members", int)
-            for i in range(members):
-                reseal(storage.join(args.model, f"member_{i}"))
-            reseal(args.model, ENSEMBLE)
-        else:
-            names = reseal(args.model)
-            StaticModel.load(args.model)  # what was sealed must load
-            print(f"resealed {args.model}: config.json and {', '.join(names)}")
-            return 0
+        members, names = _reseal_checked(args.model, fs.exists(p))
     except Exception as e:  # one error line for a user's mistake or the object store
         return failed(e, [args.model])
-    print(f"resealed the ensemble {args.model} and its {members} members")
+    if members is None:
+        print(f"resealed {args.model}: config.json and {', '.join(names)}")
+    else:
+        print(f"resealed the ensemble {args.model} and its {members} members")
     return 0
+
+
+def _reseal_checked(model: str, ensemble: bool) -> tuple[int | None, list[str]]:
+    """Reseal the model (or the ensemble and each member); the member count and the files the
+    last config sealed. When what was sealed does not load (a cut or damaged file), every config
+    is put back as it was, so the checksums that would catch the damage are not replaced by the
+    damaged file's."""
+    from swe import storage
+    from swe.ensemble import ENSEMBLE, EnsembleModel
+    from swe.model import StaticModel
+    from swe.modelfiles import CONFIG, ModelFolder, reseal
+
+    members = ModelFolder(model, config_name=ENSEMBLE, verify=False).get("members", int) \
+        if ensemble else None
+    folders = [storage.join(model, f"member_{i}") for i in range(members or 0)]
+    configs = [storage.join(f, CONFIG) for f in folders] + \
+        [storage.join(model, ENSEMBLE if ensemble else CONFIG)]
+    before = {url: storage.read_bytes(url) for url in configs}
+    try:
+        for folder in folders:
+            reseal(folder)
+        names = reseal(model, ENSEMBLE if ensemble else CONFIG)
+        (EnsembleModel if ensemble else StaticModel).load(model)  # what was sealed must load
+    except Exception:
+        for url, data in before.items():
+            storage.write_bytes(url, data)
+        raise
+    return members, names
 
 
 def _export_parser() -> argparse.ArgumentParser:

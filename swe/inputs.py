@@ -120,6 +120,9 @@ def _matches(given: str) -> list[str]:
             part.startswith(("_", ".")) for part in p[len(path.rstrip("/")):].split("/")))
     elif fs.exists(path):
         found = [path]
+    elif is_local(pattern) and os.path.islink(path):
+        raise FileNotFoundError(f"input {pattern} is a symbolic link to nothing (a link loop, or "
+                                f"its target {os.readlink(path)} is gone): fix or remove it")
     else:
         raise FileNotFoundError(f"input not found: {pattern}{hint}")
     found = [p for p in found if not fs.isdir(p)]
@@ -314,7 +317,24 @@ def refuse_utf16(path: str, head: bytes) -> None:
     nul = first.count(b"\0")
     if (first.startswith((b"\xff\xfe", b"\xfe\xff")) and nul) or 0 < len(first) < 4 * nul:
         raise ValueError(f"{path} is UTF-16 or UTF-32 text, not UTF-8: convert it (e.g. "
-                         f"iconv -f UTF-16 -t UTF-8 {path} > {path}.utf8) and pass that")
+                         f"{convert_command(path, 'UTF-16')}) and pass that instead")
+
+
+_DECOMPRESS = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bzip2"}
+
+
+def convert_command(path: str, source: str) -> str:
+    """A shell command that writes ``path`` as UTF-8, from ``source`` encoding, into the current
+    folder (not beside it: that may be an input folder the rerun would read it from too), under
+    a name whose extension still names the format (decompressed first where it is compressed)."""
+    stem, cat = path, ""
+    for ext, tool in _DECOMPRESS.items():
+        if path.endswith(ext):
+            stem, cat = path.removesuffix(ext), f"{tool} -dc {path} | "
+    base, dot, ext = os.path.basename(stem).rpartition(".")
+    target = f"{base}.utf8.{ext}" if dot and base else f"{os.path.basename(stem)}.utf8.txt"
+    return (f"{cat}iconv -f {source} -t UTF-8 > {target}" if cat
+            else f"iconv -f {source} -t UTF-8 {path} > {target}")
 
 
 def is_text_type(kind: Any) -> bool:

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import select
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -51,7 +52,7 @@ def console() -> dict[str, Any]:
 def configure_console(verbose: bool = False) -> None:
     """Set up a job's console: ``HH:MM:SS message`` lines on stderr, swe at INFO (DEBUG when
     ``verbose``), Ray and Ray Data quiet unless ``verbose``; see the module's docstring."""
-    _CONSOLE.update(verbose=verbose, tty=sys.stderr.isatty())
+    _CONSOLE.update(verbose=verbose, tty=sys.stderr.isatty(), job=True)
     handler = _ConsoleHandler()
     handler.setFormatter(_ConsoleFormatter("%(asctime)s %(message)s", "%H:%M:%S"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
@@ -229,6 +230,15 @@ def init_ray(**kwargs) -> None:
             _start_local(ray, kwargs)
     _configure_ray_data()
     _log_cluster(address)
+    if _CONSOLE.get("job") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # after Ray's own handler, which it replaces
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """A job's SIGTERM (what schedulers, Kubernetes, systemd and ``timeout`` send) is its Ctrl-C:
+    one ``error: interrupted …`` line, and the rerun resumes. Ray's handler ended the driver
+    with status 15 and no word, or with its native stack dump."""
+    raise KeyboardInterrupt
 
 
 #: Seconds a cluster named by ``RAY_ADDRESS`` may take to accept a connection.

@@ -119,11 +119,12 @@ def refuse_file_output(url: str, flag: str = "--output", file_ok: bool = False) 
     above = path
     while not os.path.lexists(above) and os.path.dirname(above) != above:
         above = os.path.dirname(above)
-    if os.path.isdir(above) or (file_ok and above == path):
+    regular = os.path.isfile(above) or os.path.islink(above)  # not a device, pipe or socket
+    if os.path.isdir(above) or (file_ok and above == path and regular):
         return
     if above == path:
-        raise ValueError(f"{flag} {url} is an existing file, not a folder: name a folder "
-                         "instead")
+        kind = "an existing file" if regular else "a device, named pipe or socket"
+        raise ValueError(f"{flag} {url} is {kind}, not a folder: name a folder instead")
     raise ValueError(f"{flag} {url} lies under {above}, which is a file, not a folder: name "
                      "another path")
 

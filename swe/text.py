@@ -91,14 +91,22 @@ def language(code: str) -> Language:
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
+# Invisible inside a word, and dropped by the teachers' normalisers (BERT's removes every format
+# character): a soft hyphen (web and PDF text), a word joiner, a byte-order mark mid-text. The
+# splitter broke a word at each (fir\u00adst -> fir, st). Zero-width (non-)joiners stay: they
+# carry meaning in Persian, Indic scripts and emoji, and the vocabularies were built with them.
+_INVISIBLE = re.compile("[\u00ad\u2060\ufeff]")
 
 
 def clean(text: str) -> str:
-    """Make any ``str`` safe for the C splitters: lone surrogates become U+FFFD, NUL a space."""
+    """Make any ``str`` safe for the C splitters: lone surrogates become U+FFFD, NUL a space;
+    soft hyphens, word joiners and byte-order marks are dropped."""
     if "\x00" in text:
         text = text.replace("\x00", " ")
     if _SURROGATES.search(text):
         text = _SURROGATES.sub("\ufffd", text)
+    if _INVISIBLE.search(text):
+        text = _INVISIBLE.sub("", text)
     return text
 
 
@@ -155,6 +163,8 @@ def words(text: str) -> list[str]:
     """
     if "\x00" in text:
         text = text.replace("\x00", " ")
+    if "\xad" in text or "\u2060" in text or "\ufeff" in text:  # 10x faster than a search
+        text = _INVISIBLE.sub("", text)
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates

@@ -134,7 +134,7 @@ def test_a_utf16_file_is_named_with_its_conversion(tmp_path, encoding, source, w
     with pytest.raises(ValueError) as e:
         read_labelled(str(path), "text", "label")
     assert str(e.value) == (f"{path} is {source} text, not UTF-8: convert it (e.g. iconv -f "
-                            f"{source} -t UTF-8 {path} > {tmp_path}/{stem}.utf8.{ext}) and "
+                            f"{source} -t UTF-8 {path} > {stem}.utf8.{ext}) and "
                             "pass that")
 
 
@@ -149,7 +149,7 @@ def test_a_latin1_file_is_not_utf8_not_binary(tmp_path, encoding, source, write,
     message = str(e.value)
     assert message.startswith(f"{path} is not UTF-8 text (line ")
     assert "looks like Latin-1 or cp1252" in message and "binary" not in message
-    want = (f"gzip -dc {path} | iconv -f {source} -t UTF-8 > {tmp_path}/l.utf8.csv"
+    want = (f"gzip -dc {path} | iconv -f {source} -t UTF-8 > l.utf8.csv"
             if name.endswith(".gz") else f"iconv -f {source} -t UTF-8 {path} > ")
     assert want in message
 

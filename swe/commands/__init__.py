@@ -11,7 +11,7 @@ Every command ends with one exit status, from one mapping (:func:`failed`; docs/
   store that is missing, corrupt or unusable (argparse's own errors, ``ValueError`` and
   ``TypeError`` with every swe error built on them, ``FileNotFoundError``, ``FileExistsError``,
   ``NotADirectoryError``, ``IsADirectoryError``);
-- 130: interrupted (Ctrl-C).
+- 130: interrupted (Ctrl-C, or SIGTERM once the job started Ray: ``swe.raysetup``).
 """
 
 from __future__ import annotations
@@ -41,13 +41,33 @@ def failed(error: BaseException, urls: Iterable[str] = (), kept: str = "") -> in
               "resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     message = object_store_error(error, urls)
-    cause = getattr(error, "cause", None) or error  # a Ray task's error without its traceback
+    cause = _cause(error)
+    # a full disk, here or in a Ray task (whose error may arrive as text only)
+    if (isinstance(cause, OSError) and cause.errno == errno.ENOSPC) or (
+            message is None and f"[Errno {errno.ENOSPC}]" in str(error)):
+        where = getattr(cause, "filename", None) or "the output"
+        message = f"no space left on the device of {where}: free space, then rerun the command"
     if message is None and not isinstance(cause, _WRONG_INPUT + _ENVIRONMENT):
         raise error
     print(f"error: {message or cause}", file=sys.stderr)
     if message is not None or not isinstance(cause, _WRONG_INPUT):
         return EXIT_FAILED
     return EXIT_USAGE
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The user's error inside ``error``: the first of the kinds above along a Ray task's
+    ``cause`` and ``__cause__`` (Ray Data wraps a task's error twice), without Ray's
+    traceback; ``error`` itself when there is none."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, _WRONG_INPUT + _ENVIRONMENT) and \
+                not type(seen).__module__.startswith("ray."):
+            return seen
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return getattr(error, "cause", None) or error
 
 
 def object_store_failure(error: BaseException, urls: Iterable[str]) -> int:

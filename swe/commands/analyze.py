@@ -85,6 +85,9 @@ def _scores(pairs: list[tuple[str, str]]) -> dict[str, float]:
         if not math.isfinite(score):
             raise ValueError(f"--quality {spec}={value}: expected SPEC=SCORE with SCORE a "
                              f"number, e.g. --quality {spec}=78.5")
+        if spec in scores:
+            raise ValueError(f"--quality names {spec} twice ({scores[spec]:g} and {score:g}); "
+                             "give each spec once")
         scores[spec] = score
     return scores
 
@@ -170,7 +173,12 @@ def _speed(path: str, quality: dict[str, float], threads: str) -> dict:
     """``{"results": [...]}`` from ``--speed``, with a usable result at ``--threads`` for each
     ``--quality`` spec (``sentences_per_s`` > 0; ``size_bytes`` a size or absent)."""
     results = _speed_results(path)
-    by_spec = {r["spec"]: r for r in results if str(r["threads"]) == str(threads)}
+    by_spec: dict[str, dict] = {}
+    for r in (r for r in results if str(r["threads"]) == str(threads)):
+        if r["spec"] in by_spec:
+            raise ValueError(f"--speed {path} holds two results for {r['spec']} at threads "
+                             f"{threads}; keep one")
+        by_spec[r["spec"]] = r
     missing = sorted(set(quality) - set(by_spec))
     if missing:
         have = sorted({f"{r['spec']} (threads {r['threads']})" for r in results}) or ["none"]

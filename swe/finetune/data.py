@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from swe.inputs import convert_command
+
 __all__ = ["Labelled", "dev_mask", "read_labelled"]
 
 _FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv"}
-_DECOMPRESS = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bzip2"}
 #: A number as CSV type inference reads one; an integer among them is a class code.
 _NUMBER = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|nan|inf|infinity)", re.IGNORECASE)
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -87,19 +88,6 @@ def _table(path: str, text_column: str, label_column: str) -> pa.Table:
         raise ValueError(f"{path} is not readable {fmt} ({e})") from None
 
 
-def _converted(path: str, source: str) -> str:
-    """A shell command that writes ``path`` as UTF-8 next to it, from ``source`` encoding, to a
-    name whose extension still names the format (decompressed first where it is compressed)."""
-    stem, cat = path, ""
-    for ext, tool in _DECOMPRESS.items():
-        if path.endswith(ext):
-            stem, cat = path.removesuffix(ext), f"{tool} -dc {path} | "
-    base, dot, ext = stem.rpartition(".")
-    target = f"{base}.utf8.{ext}" if dot else f"{stem}.utf8"
-    return (f"{cat}iconv -f {source} -t UTF-8 > {target}" if cat
-            else f"iconv -f {source} -t UTF-8 {path} > {target}")
-
-
 def _check_utf8(path: str, data: bytes) -> None:
     """Refuse a CSV or JSONL file that is not UTF-8, naming the encoding where it can be told
     (UTF-16 by its NUL bytes, Latin-1 or cp1252 by bytes above 127 that are not UTF-8) and the
@@ -113,7 +101,7 @@ def _check_utf8(path: str, data: bytes) -> None:
         if not data.startswith((b"\xff\xfe", b"\xfe\xff")):  # no byte-order mark: iconv
             source += "BE" if data[:1] == b"\0" else "LE"  # would take big-endian
         raise ValueError(f"{path} is {source} text, not UTF-8: convert it (e.g. "
-                         f"{_converted(path, source)}) and pass that") from None
+                         f"{convert_command(path, source)}) and pass that") from None
     buffer = pa.py_buffer(data)
     offsets = pa.py_buffer(np.array([0, len(data)], np.int64).tobytes())
     try:
@@ -137,7 +125,7 @@ def _check_utf8(path: str, data: bytes) -> None:
     except UnicodeDecodeError:
         source = "LATIN1"
     raise ValueError(f"{path} is not UTF-8 text ({where}); it looks like Latin-1 or cp1252 "
-                     f"(Windows-1252): convert it (e.g. {_converted(path, source)}) and pass "
+                     f"(Windows-1252): convert it (e.g. {convert_command(path, source)}) and pass "
                      "that")
 
 
@@ -191,6 +179,8 @@ def read_labelled(path: str, text_column: str, label_column: str) -> Labelled:
             or pa.types.is_dictionary(texts.type)):
         raise ValueError(f"{path}: {text_column!r} holds {texts.type}, not text")
     texts = texts.cast(pa.string()).to_pylist()
+    if not texts:
+        raise ValueError(f"{path} has no rows (a header at most); give it labelled rows")
     empty = [i for i, t in enumerate(texts) if t is None or not t.strip()]
     if empty:
         raise ValueError(f"{path}: {len(empty)} rows have an empty or missing text (first: row "

@@ -1,0 +1,173 @@
+"""The seventh hostile round (issue 42): a device or pipe that ``--overwrite`` deleted, a failed
+``swe reseal`` that had already rewritten config.json, invisible characters that split a word,
+a header-only finetune file, a full disk inside a Ray task, SIGTERM, a UTF-16 fix that did not
+work, a symbolic link loop and duplicate ``swe analyze`` specs. Each test fails on the code
+before its fix."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from swe.cli import main
+from swe.commands import failed
+from swe.finetune.data import read_labelled
+from swe.inputs import refuse_utf16
+from swe.model import StaticModel
+from swe.text import words
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _model(path: Path) -> Path:
+    words_ = ["first", "which", "the", "a"]
+    StaticModel.from_vectors(words_, np.eye(4, dtype=np.float32)).save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_encode_never_replaces_a_named_pipe_given_as_output(tmp_path, capsys, overwrite):
+    (tmp_path / "in.txt").write_text("the first\n")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert main(["encode", "--model", str(_model(tmp_path / "m")), "--input",
+                 str(tmp_path / "in.txt"), "--output", str(fifo), *overwrite]) == 2
+    assert "is a device, named pipe or socket, not a folder" in capsys.readouterr().err
+    assert fifo.is_fifo()
+
+
+def test_finetune_names_a_device_output(tmp_path):
+    from swe.finetune.job import finetune
+
+    (tmp_path / "d.csv").write_text("text,label\nthe first,x\na which,y\n")
+    with pytest.raises(ValueError, match=r"/dev/full is a device, named pipe or socket"):
+        finetune(str(_model(tmp_path / "m")), str(tmp_path / "d.csv"), "/dev/full")
+
+
+@pytest.mark.parametrize("damage", ["cut", "extra word"])
+def test_a_failed_reseal_leaves_config_json_as_it_was(tmp_path, capsys, damage):
+    folder = _model(tmp_path / "m")
+    before = (folder / "config.json").read_bytes()
+    if damage == "cut":
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[:-16])
+    else:
+        with open(folder / "vocab.txt", "a") as f:
+            f.write("extra\n")
+    assert main(["reseal", str(folder)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert (folder / "config.json").read_bytes() == before  # the checksums that catch it
+
+
+def test_reseal_still_reseals_an_edited_config(tmp_path, capsys):
+    folder = _model(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    config["note"] = "edited on purpose"
+    (folder / "config.json").write_text(json.dumps(config))
+    assert main(["reseal", str(folder)]) == 0
+    assert StaticModel.load(str(folder)).words == ["first", "which", "the", "a"]
+    assert capsys.readouterr().out.startswith(f"resealed {folder}: config.json and ")
+
+
+@pytest.mark.parametrize("mark", ["\u00ad", "\u2060", "\ufeff"])
+def test_invisible_characters_inside_a_word_do_not_split_it(tmp_path, mark):
+    """A soft hyphen, word joiner or byte-order mark, as the teacher's normaliser drops them."""
+    model = StaticModel.load(str(_model(tmp_path / "m")))
+    assert words(f"fir{mark}st wh{mark}ich") == ["first", "which"]
+    np.testing.assert_array_equal(model.encode([f"fir{mark}st"]), model.encode(["first"]))
+
+
+@pytest.mark.parametrize("joiner", ["\u200c", "\u200d"])
+def test_zero_width_joiners_are_left_as_the_vocabularies_were_built(joiner):
+    import blingfire
+
+    text = f"\u0645\u06cc{joiner}\u062e\u0648\u0627\u0647\u0645 fir{joiner}st"  # Persian
+    assert words(text) == blingfire.text_to_words(text).split()  # what the splitter gives
+
+
+def test_a_finetune_file_of_a_header_only_is_one_line(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("text,label\n")
+    with pytest.raises(ValueError, match=r"h.csv has no rows \(a header at most\)"):
+        read_labelled(str(path), "text", "label")
+
+
+class _WrappedTaskError(Exception):
+    """What a Ray Data task's error is by the time it reaches the driver: a wrapper whose
+    original ``OSError`` survives only as text."""
+
+
+def test_a_full_disk_inside_a_ray_task_is_one_line(capsys):
+    error = _WrappedTaskError("ray::MapWorker(...)\nOSError: [Errno 28] No space left on device")
+    assert failed(error, ["out"]) == 1
+    assert capsys.readouterr().err == ("error: no space left on the device of the output: free "
+                                       "space, then rerun the command\n")
+
+
+def test_a_full_disk_names_the_file(capsys):
+    error = OSError(errno.ENOSPC, "No space left on device", "/tmp/out/x.parquet")
+    assert failed(error) == 1
+    assert "no space left on the device of /tmp/out/x.parquet" in capsys.readouterr().err
+
+
+def test_other_errors_of_ray_tasks_keep_their_traceback():
+    with pytest.raises(_WrappedTaskError):
+        failed(_WrappedTaskError("ray::task\nZeroDivisionError: division by zero"))
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_sigterm_to_a_job_is_an_interrupt():
+    """A job (console configured, then Ray) stopped by SIGTERM raises KeyboardInterrupt, which
+    every command reports as "interrupted" (130): Ray's handler exited with status 15 and no
+    word, or dumped its native stack."""
+    from procs import joined_env
+
+    code = ("import os, signal, time\n"
+            "from swe.raysetup import configure_console, init_ray\n"
+            "configure_console(); init_ray()\n"
+            "try:\n"
+            "    os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=joined_env(), cwd=ROOT, timeout=120)
+    assert done.stdout.strip() == "interrupted", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name, target", [("u16.txt", "u16.utf8.txt"),
+                                          ("u16.txt.gz", "u16.utf8.txt"),
+                                          ("noext", "noext.utf8.txt")])
+def test_the_utf16_fix_writes_a_file_swe_reads_outside_the_input_folder(tmp_path, name, target):
+    path = str(tmp_path / "inputs" / name)
+    with pytest.raises(ValueError) as e:
+        refuse_utf16(path, "hi".encode("utf-16"))
+    assert f"> {target})" in str(e.value)  # into the current folder, its format still named
+
+
+def test_a_symbolic_link_loop_is_named(tmp_path, capsys):
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    assert main(["encode", "--model", str(_model(tmp_path / "m")), "--input",
+                 str(tmp_path / "a"), "--output", str(tmp_path / "out")]) == 2
+    assert "is a symbolic link to nothing (a link loop" in capsys.readouterr().err
+
+
+def test_analyze_refuses_a_spec_given_twice(tmp_path, capsys):
+    speed = tmp_path / "speed.json"
+    row = {"spec": "m1", "threads": 1, "sentences_per_s": 10.0}
+    speed.write_text(json.dumps({"results": [row]}))
+    assert main(["analyze", "--speed", str(speed), "--quality", "m1=50", "--quality", "m1=60",
+                 "--png", str(tmp_path / "a.png")]) == 2
+    assert "--quality names m1 twice (50 and 60)" in capsys.readouterr().err
+    speed.write_text(json.dumps({"results": [{**row, "sentences_per_s": "bad"}, row]}))
+    assert main(["analyze", "--speed", str(speed), "--quality", "m1=50",
+                 "--png", str(tmp_path / "a.png")]) == 2
+    assert "holds two results for m1 at threads 1" in capsys.readouterr().err
+    assert not (tmp_path / "a.png").exists()
