@@ -291,6 +291,9 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
             "passes": facts["passes"], "mean_cosine": round(cos / src.words, 6)}
         written = ray.get(task(_write_task).remote(model, out, work, [a for a, _ in blocks],
                                                    centroids, dtype, scale, recorded))
+    except BaseException:
+        storage.remove_tree(out)  # new or empty before: half-written, it would block the rerun
+        raise
     finally:
         storage.remove_tree(work)
     return ClusterReport(out, src.words, src.dim, facts["clusters"], dtype, facts["passes"],

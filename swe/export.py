@@ -29,6 +29,7 @@ from safetensors.numpy import save as st_save
 
 from swe import storage
 from swe.model import PREFIX_MIN, StaticModel
+from swe.modelfiles import write_new_folder
 from swe.text import has_unspaced_script, is_punctuation, words
 
 __all__ = ["CHECK_LINES", "MARK", "SAMPLE", "TARGETS", "Agreement", "ExportArrays", "ExportError",
@@ -437,8 +438,7 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
     files = (_model2vec_files(model, tok_json, arrays) if to == "model2vec"
              else _st_files(tok_json, arrays))
     files["README.md"] = _card(model, to, arrays, agree)
-    for name, data in files.items():
-        storage.write_bytes(storage.join(out, name), data)
+    write_new_folder(out, files)
     if report is not None and agree is not None:
         report(f"{agree.line()} (export took {time.perf_counter() - t0:.1f} s; "
                f"recorded in {storage.join(out, 'README.md')})")

@@ -105,6 +105,17 @@ def write_folder(path: str, files: dict[str, bytes], config: dict[str, Any],
     _write_config(target, config, files)
 
 
+def write_new_folder(path: str, files: dict[str, bytes]) -> None:
+    """Write ``files`` into ``path``, a new (or empty) folder; when a write fails (a full disk)
+    the folder is removed, so the rerun does not find a half-written output in its way."""
+    try:
+        for name, data in files.items():
+            storage.write_bytes(storage.join(path, name), data)
+    except BaseException:
+        storage.remove_tree(path)
+        raise
+
+
 def reseal(path: str, config_name: str = CONFIG) -> list[str]:
     """Trust a model folder as it is now: record the sizes and checksums of the files its
     ``config_name`` names, and the config's own checksum (for a folder saved by a swe without

@@ -171,3 +171,24 @@ def test_analyze_refuses_a_spec_given_twice(tmp_path, capsys):
                  "--png", str(tmp_path / "a.png")]) == 2
     assert "holds two results for m1 at threads 1" in capsys.readouterr().err
     assert not (tmp_path / "a.png").exists()
+
+
+def test_an_export_that_fails_halfway_leaves_no_folder_in_the_reruns_way(tmp_path, monkeypatch):
+    """A full disk after the first file (checked for real on a 64 KiB tmpfs, and for
+    ``swe quantize`` on a 16 KiB one: the closing note of issue 42)."""
+    from swe import storage
+    from swe.export import export
+
+    model, real, calls = str(_model(tmp_path / "m")), storage.write_bytes, []
+
+    def full_after_one(url, data):
+        calls.append(url)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device", url)
+        real(url, data)
+
+    monkeypatch.setattr(storage, "write_bytes", full_after_one)
+    with pytest.raises(OSError, match="No space left"):
+        export(model, "model2vec", tmp_path / "x", report=None,
+               measure=False, table_lines=0)
+    assert len(calls) == 2 and not (tmp_path / "x").exists()
