@@ -208,7 +208,13 @@ def _not_a_folder(path: str, config_name: str) -> str:
 
 
 def _missing(path: str, config_name: str) -> str:
-    """Why a folder without its config is not a model, and where the model may be instead."""
+    """Why a folder without its config is not a model, and where the model may be instead. On
+    an object store, listing the folder first raises what an unreachable endpoint raises:
+    reading one file reports that as a missing file."""
+    if not storage.is_local(path):
+        fs, p = storage.filesystem(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.ls(p)
     inner = storage.join(path, "model")
     try:
         fs, p = storage.filesystem(storage.join(inner, config_name))

@@ -192,3 +192,11 @@ def test_an_export_that_fails_halfway_leaves_no_folder_in_the_reruns_way(tmp_pat
         export(model, "model2vec", tmp_path / "x", report=None,
                measure=False, table_lines=0)
     assert len(calls) == 2 and not (tmp_path / "x").exists()
+
+
+def test_a_model_url_nobody_answers_is_not_called_missing(capsys):
+    """An endpoint that does not answer (here: nothing listens on port 1) is named as such, not
+    as a model whose config.json is missing (was the save interrupted?)."""
+    assert main(["info", "http://127.0.0.1:1/m"]) == 1
+    err = capsys.readouterr().err
+    assert "Cannot connect to host 127.0.0.1:1" in err and "missing" not in err
