@@ -140,11 +140,11 @@ def _reseal_checked(model: str, ensemble: bool) -> tuple[int | None, list[str]]:
     from swe.model import StaticModel
     from swe.modelfiles import CONFIG, ModelFolder, reseal
 
-    members = ModelFolder(model, config_name=ENSEMBLE, verify=False).get("members", int) \
-        if ensemble else None
+    top = ModelFolder(model, config_name=ENSEMBLE if ensemble else CONFIG, verify=False)
+    members = top.get("members", int) if ensemble else None
     folders = [storage.join(model, f"member_{i}") for i in range(members or 0)]
-    configs = [storage.join(f, CONFIG) for f in folders] + \
-        [storage.join(model, ENSEMBLE if ensemble else CONFIG)]
+    # each config opened as a model's first (a pipe, a huge or missing file: refused as ever)
+    configs = [ModelFolder(f, verify=False).config_path for f in folders] + [top.config_path]
     before = {url: storage.read_bytes(url) for url in configs}
     try:
         for folder in folders:

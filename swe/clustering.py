@@ -11,6 +11,7 @@ cluster.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -282,6 +283,8 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
     import ray
 
     work = f"{out}.quantize-{uuid.uuid4().hex[:8]}"  # scratch beside the output
+    fs, path = storage.filesystem(out)
+    new = not fs.exists(path)
     try:
         ref = ray.put(centroids)
         cos = sum(ray.get([task(_final_task).remote(src, a, b, ref, work, facts["exact"])
@@ -292,7 +295,9 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
         written = ray.get(task(_write_task).remote(model, out, work, [a for a, _ in blocks],
                                                    centroids, dtype, scale, recorded))
     except BaseException:
-        storage.remove_tree(out)  # new or empty before: half-written, it would block the rerun
+        if new:  # half-written, it would block the rerun; a folder given empty is left
+            with contextlib.suppress(OSError):  # the first error is the one to report
+                storage.remove_tree(out)
         raise
     finally:
         storage.remove_tree(work)

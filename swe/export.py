@@ -133,7 +133,8 @@ def export_tokenizer(tokens: list[str], lowercase: bool, strip_accents: bool = F
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token=UNK,
                                      continuing_subword_prefix=PREFIX,
                                      max_input_chars_per_word=MAX_UNIT_CHARS))
-    steps = [normalizers.Replace(MARK, "")]
+    steps = [normalizers.Replace(Regex("[\u00ad\u2060\ufeff]"), ""),  # as swe.text.words
+             normalizers.Replace(MARK, "")]
     if lowercase:
         steps.append(normalizers.Lowercase())
     if strip_accents:

@@ -108,11 +108,17 @@ def write_folder(path: str, files: dict[str, bytes], config: dict[str, Any],
 def write_new_folder(path: str, files: dict[str, bytes]) -> None:
     """Write ``files`` into ``path``, a new (or empty) folder; when a write fails (a full disk)
     the folder is removed, so the rerun does not find a half-written output in its way."""
+    fs, local = storage.filesystem(path)
+    new = not fs.exists(local)
     try:
         for name, data in files.items():
             storage.write_bytes(storage.join(path, name), data)
     except BaseException:
-        storage.remove_tree(path)
+        with contextlib.suppress(OSError):  # the first error is the one to report
+            for name in files:
+                storage.remove_tree(storage.join(path, name))
+            if new:
+                storage.remove_tree(path)
         raise
 
 
@@ -213,8 +219,12 @@ def _missing(path: str, config_name: str) -> str:
     reading one file reports that as a missing file."""
     if not storage.is_local(path):
         fs, p = storage.filesystem(path)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             fs.ls(p)
+        except Exception as e:  # only an endpoint that does not answer is worth saying
+            if storage.object_store_error(e, [path]) is not None or (isinstance(e, OSError) and
+                    not isinstance(e, FileNotFoundError | PermissionError)):
+                raise
     inner = storage.join(path, "model")
     try:
         fs, p = storage.filesystem(storage.join(inner, config_name))

@@ -99,14 +99,12 @@ _INVISIBLE = re.compile("[\u00ad\u2060\ufeff]")
 
 
 def clean(text: str) -> str:
-    """Make any ``str`` safe for the C splitters: lone surrogates become U+FFFD, NUL a space;
-    soft hyphens, word joiners and byte-order marks are dropped."""
+    """Make any ``str`` safe for the C splitters, keeping its length (spans index it): lone
+    surrogates become U+FFFD, NUL a space."""
     if "\x00" in text:
         text = text.replace("\x00", " ")
     if _SURROGATES.search(text):
         text = _SURROGATES.sub("\ufffd", text)
-    if _INVISIBLE.search(text):
-        text = _INVISIBLE.sub("", text)
     return text
 
 
@@ -173,10 +171,17 @@ def words(text: str) -> list[str]:
 
 
 def word_spans(text: str) -> list[tuple[str, int, int]]:
-    """Word units with character offsets ``(word, start, end)`` into ``clean(text)``."""
+    """Word units with character offsets ``(word, start, end)`` into ``text`` (the teacher's
+    token offsets index the same text). The words are those of :func:`words`: a word an
+    invisible character sat inside comes without it, its span covering it."""
     text = clean(text)
-    _, offsets = blingfire.text_to_words_with_offsets(text)
-    return [(text[a:b], a, b) for a, b in offsets if b > a]
+    if not _INVISIBLE.search(text):
+        _, offsets = blingfire.text_to_words_with_offsets(text)
+        return [(text[a:b], a, b) for a, b in offsets if b > a]
+    keep = [i for i, c in enumerate(text) if not _INVISIBLE.match(c)]
+    shown = "".join(text[i] for i in keep)
+    _, offsets = blingfire.text_to_words_with_offsets(shown)
+    return [(shown[a:b], keep[a], keep[b - 1] + 1) for a, b in offsets if b > a]
 
 
 # Han, Hiragana, Katakana (incl. halfwidth), CJK symbols and compatibility ideographs.

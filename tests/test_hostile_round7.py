@@ -1,8 +1,8 @@
 """The seventh hostile round (issue 42): a device or pipe that ``--overwrite`` deleted, a failed
 ``swe reseal`` that had already rewritten config.json, invisible characters that split a word,
 a header-only finetune file, a full disk inside a Ray task, SIGTERM, a UTF-16 fix that did not
-work, a symbolic link loop and duplicate ``swe analyze`` specs. Each test fails on the code
-before its fix."""
+work, a symbolic link loop and duplicate ``swe analyze`` specs. Each fix has a test that fails
+on the code before it; the guards beside them check what must not change."""
 
 from __future__ import annotations
 
@@ -66,6 +66,17 @@ def test_a_failed_reseal_leaves_config_json_as_it_was(tmp_path, capsys, damage):
     assert (folder / "config.json").read_bytes() == before  # the checksums that catch it
 
 
+def test_reseal_refuses_a_pipe_or_a_build_folder_as_before(tmp_path, capsys):
+    folder = _model(tmp_path / "m")
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")  # read whole, it would block for ever
+    assert main(["reseal", str(folder)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+    _model(tmp_path / "build" / "model")
+    assert main(["reseal", str(tmp_path / "build")]) == 2
+    assert f"its model is {tmp_path / 'build' / 'model'}" in capsys.readouterr().err
+
+
 def test_reseal_still_reseals_an_edited_config(tmp_path, capsys):
     folder = _model(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
@@ -84,6 +95,25 @@ def test_invisible_characters_inside_a_word_do_not_split_it(tmp_path, mark):
     np.testing.assert_array_equal(model.encode([f"fir{mark}st"]), model.encode(["first"]))
 
 
+def test_word_spans_index_the_text_the_teacher_reads():
+    """The extractor lines words up with the teacher's token offsets, which index the raw
+    text: a span covers the invisible character inside its word."""
+    from swe.text import word_spans
+
+    text = "\ufeffHello wor\u00adld again"
+    spans = word_spans(text)
+    assert [w for w, _, _ in spans] == words(text) == ["Hello", "world", "again"]
+    assert [text[a:b] for _, a, b in spans] == ["Hello", "wor\u00adld", "again"]
+
+
+def test_the_exported_tokenizer_drops_them_too(tmp_path):
+    from swe.export import export_arrays
+
+    arrays = export_arrays(StaticModel.load(str(_model(tmp_path / "m"))), 0)
+    tok = arrays.tokenizer()
+    assert tok.encode("fir\u00adst wh\u2060ich").tokens == tok.encode("first which").tokens
+
+
 @pytest.mark.parametrize("joiner", ["\u200c", "\u200d"])
 def test_zero_width_joiners_are_left_as_the_vocabularies_were_built(joiner):
     import blingfire
@@ -100,8 +130,14 @@ def test_a_finetune_file_of_a_header_only_is_one_line(tmp_path):
 
 
 class _WrappedTaskError(Exception):
-    """What a Ray Data task's error is by the time it reaches the driver: a wrapper whose
-    original ``OSError`` survives only as text."""
+    """What a Ray Data task's error is by the time it reaches the driver: one of Ray's wrappers,
+    whose original ``OSError`` survives only as text."""
+
+    __module__ = "ray.exceptions"
+
+
+class _Bug(Exception):
+    """Not Ray's: whatever its text or cause, it keeps its traceback."""
 
 
 def test_a_full_disk_inside_a_ray_task_is_one_line(capsys):
@@ -117,9 +153,15 @@ def test_a_full_disk_names_the_file(capsys):
     assert "no space left on the device of /tmp/out/x.parquet" in capsys.readouterr().err
 
 
-def test_other_errors_of_ray_tasks_keep_their_traceback():
+def test_other_errors_of_ray_tasks_and_bugs_keep_their_traceback():
     with pytest.raises(_WrappedTaskError):
         failed(_WrappedTaskError("ray::task\nZeroDivisionError: division by zero"))
+    with pytest.raises(_Bug):
+        failed(_Bug("OSError: [Errno 28] No space left on device"))
+    bug = _Bug("a bug")
+    bug.__cause__ = ValueError("raised from a ValueError")
+    with pytest.raises(_Bug):
+        failed(bug)
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -192,6 +234,12 @@ def test_an_export_that_fails_halfway_leaves_no_folder_in_the_reruns_way(tmp_pat
         export(model, "model2vec", tmp_path / "x", report=None,
                measure=False, table_lines=0)
     assert len(calls) == 2 and not (tmp_path / "x").exists()
+    (tmp_path / "given").mkdir()  # an empty folder given as the output stays
+    calls.clear()
+    with pytest.raises(OSError, match="No space left"):
+        export(model, "model2vec", tmp_path / "given", report=None, measure=False,
+               table_lines=0)
+    assert (tmp_path / "given").is_dir() and not list((tmp_path / "given").iterdir())
 
 
 def test_a_model_url_nobody_answers_is_not_called_missing(capsys):

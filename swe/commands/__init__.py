@@ -44,7 +44,8 @@ def failed(error: BaseException, urls: Iterable[str] = (), kept: str = "") -> in
     cause = _cause(error)
     # a full disk, here or in a Ray task (whose error may arrive as text only)
     if (isinstance(cause, OSError) and cause.errno == errno.ENOSPC) or (
-            message is None and f"[Errno {errno.ENOSPC}]" in str(error)):
+            message is None and type(error).__module__.startswith("ray.")
+            and f"[Errno {errno.ENOSPC}]" in str(error)):
         where = getattr(cause, "filename", None) or "the output"
         message = f"no space left on the device of {where}: free space, then rerun the command"
     if message is None and not isinstance(cause, _WRONG_INPUT + _ENVIRONMENT):
@@ -61,11 +62,11 @@ def _cause(error: BaseException) -> BaseException:
     traceback; ``error`` itself when there is none."""
     seen: BaseException | None = error
     for _ in range(8):
-        if seen is None:
-            break
-        if isinstance(seen, _WRONG_INPUT + _ENVIRONMENT) and \
-                not type(seen).__module__.startswith("ray."):
+        from_ray = seen is not None and type(seen).__module__.startswith("ray.")
+        if isinstance(seen, _WRONG_INPUT + _ENVIRONMENT) and not from_ray:
             return seen
+        if not from_ray:  # only Ray's wrappers are looked through: a bug keeps its traceback
+            break
         seen = getattr(seen, "cause", None) or seen.__cause__
     return getattr(error, "cause", None) or error
 

@@ -175,7 +175,7 @@ def _speed(path: str, quality: dict[str, float], threads: str) -> dict:
     results = _speed_results(path)
     by_spec: dict[str, dict] = {}
     for r in (r for r in results if str(r["threads"]) == str(threads)):
-        if r["spec"] in by_spec:
+        if r["spec"] in by_spec and r["spec"] in quality:
             raise ValueError(f"--speed {path} holds two results for {r['spec']} at threads "
                              f"{threads}; keep one")
         by_spec[r["spec"]] = r
