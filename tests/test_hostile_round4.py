@@ -182,16 +182,19 @@ def test_export_refuses_an_output_inside_its_input_or_with_a_line_break(tmp_path
 def test_a_config_whose_dim_or_vocab_size_differs_from_the_files_does_not_load(tmp_path, key,
                                                                                value, capsys):
     """`swe reseal` sealed an edited ``dim``; ``swe info`` refused it but ``StaticModel.load``,
-    `swe encode`, `swe export` and `swe quantize` used it."""
+    `swe encode`, `swe export` and `swe quantize` used it. Now reseal refuses it, naming the
+    mismatch, and leaves config.json as it was (round 7), so the model still does not load."""
     from swe.modelfiles import ModelFileError
 
     model = _model(tmp_path / "m")
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, key: value}))
+    edited = (model / "config.json").read_bytes()
     assert main(["reseal", str(model)]) == 2
     err = capsys.readouterr().err
     assert f"{key} = {value} but the model holds" in err and err.count("\n") == 1, err
-    with pytest.raises(ModelFileError, match=f"{key} = {value} but the model holds"):
+    assert (model / "config.json").read_bytes() == edited
+    with pytest.raises(ModelFileError, match="config.json was changed after the save"):
         StaticModel.load(str(model))
 
 

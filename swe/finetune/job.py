@@ -74,11 +74,11 @@ def _check_dev(job: FinetuneJob) -> None:
 
 def _check_output(job: FinetuneJob) -> None:
     """The output is new, or holds only a killed run's ``work/`` (which the rerun resumes)."""
-    storage.refuse_file_output(job.output)
     for given in (job.model, job.data, *([job.dev] if job.dev else [])):
         if storage.overlaps(given, job.output):
             raise ValueError(f"--output {job.output} overlaps the input {given}; name a new "
                              "folder")
+    storage.refuse_file_output(job.output)
     fs, path = storage.filesystem(job.output)
     if fs.exists(path):
         names = {n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(path)}
