@@ -194,7 +194,7 @@ def test_a_config_whose_dim_or_vocab_size_differs_from_the_files_does_not_load(t
     err = capsys.readouterr().err
     assert f"{key} = {value} but the model holds" in err and err.count("\n") == 1, err
     assert (model / "config.json").read_bytes() == edited
-    with pytest.raises(ModelFileError, match="config.json was changed after the save"):
+    with pytest.raises(ModelFileError, match=r"config\.json was changed after the save"):
         StaticModel.load(str(model))
 
 
