@@ -419,6 +419,8 @@ def _as_list(texts: Any) -> list:
         raise TypeError("texts is bytes; decode it first, e.g. b.decode('utf-8')")
     if isinstance(texts, list):
         return texts
+    if getattr(texts, "ndim", None) == 0:  # numpy's 0-d array: iterating it is a bare TypeError
+        raise TypeError("texts is a 0-d array: pass texts.item() for one text, or a 1-d array")
     if isinstance(texts, Path) or not isinstance(texts, Iterable):
         raise TypeError(f"texts must be a str or an iterable of str, got {type(texts).__name__}")
     return list(texts)

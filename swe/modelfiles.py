@@ -249,6 +249,8 @@ class ModelFolder:
 
     def __init__(self, path: str, fmt: str = FORMAT, version: int = FORMAT_VERSION,
                  config_name: str = CONFIG, verify: bool = True) -> None:
+        if not str(path).strip():
+            raise ValueError(f"no model path given ({path!r}): name a saved model's folder")
         self.path = path
         self.config_path = storage.join(path, config_name)
         try:

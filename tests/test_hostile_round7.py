@@ -248,3 +248,18 @@ def test_a_model_url_nobody_answers_is_not_called_missing(capsys):
     assert main(["info", "http://127.0.0.1:1/m"]) == 1
     err = capsys.readouterr().err
     assert "Cannot connect to host 127.0.0.1:1" in err and "missing" not in err
+
+
+@pytest.mark.parametrize("path", ["", "  "])
+def test_an_empty_model_path_is_named_not_called_an_interrupted_save(path, capsys):
+    with pytest.raises(ValueError, match=r"no model path given"):
+        StaticModel.load(path)
+    assert main(["reseal", path]) == 2
+    assert "no model path given" in capsys.readouterr().err
+
+
+def test_a_0d_numpy_array_of_text_is_a_clear_type_error(tmp_path):
+    model = StaticModel.load(str(_model(tmp_path / "m")))
+    with pytest.raises(TypeError, match=r"0-d array: pass texts.item\(\) for one text"):
+        model.encode(np.array("the first"))
+    assert model.encode(np.array(["the first", "a"])).shape == (2, 4)
