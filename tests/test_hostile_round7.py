@@ -263,3 +263,24 @@ def test_a_0d_numpy_array_of_text_is_a_clear_type_error(tmp_path):
     with pytest.raises(TypeError, match=r"0-d array: pass texts.item\(\) for one text"):
         model.encode(np.array("the first"))
     assert model.encode(np.array(["the first", "a"])).shape == (2, 4)
+
+
+@pytest.mark.parametrize("where", ["model", "model/sub", "enc", "enc/x"])
+def test_a_build_into_a_saved_model_or_encode_output_is_refused(tmp_path, where):
+    """Every other command refused these outputs; a build added its work/ folder inside."""
+    from swe.build import ConfigError, load_config
+
+    _model(tmp_path / "model")
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / "_manifest.json").write_text('{"format": "swe-bulk-encode"}')
+    kind = "saved model" if where.startswith("model") else "swe encode output"
+    with pytest.raises(ConfigError, match=f"lies in the {kind} {tmp_path / where.split('/')[0]}"):
+        load_config("quickstart", [], output=str(tmp_path / where))
+
+
+def test_another_tools_config_json_above_the_output_is_not_a_model(tmp_path):
+    from swe.build import load_config
+
+    (tmp_path / "config.json").write_text('{"format": "something-else"}')
+    os.mkfifo(tmp_path / "_manifest.json")  # never opened: a pipe would block
+    load_config("quickstart", [], output=str(tmp_path / "out"))
