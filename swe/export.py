@@ -30,7 +30,7 @@ from safetensors.numpy import save as st_save
 from swe import storage
 from swe.model import PREFIX_MIN, StaticModel
 from swe.modelfiles import write_new_folder
-from swe.text import has_unspaced_script, is_punctuation, words
+from swe.text import INVISIBLE, has_unspaced_script, is_punctuation, words
 
 __all__ = ["CHECK_LINES", "MARK", "SAMPLE", "TARGETS", "Agreement", "ExportArrays", "ExportError",
            "Exported", "agreement", "check_lines", "encode_like_export", "export",
@@ -133,7 +133,7 @@ def export_tokenizer(tokens: list[str], lowercase: bool, strip_accents: bool = F
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token=UNK,
                                      continuing_subword_prefix=PREFIX,
                                      max_input_chars_per_word=MAX_UNIT_CHARS))
-    steps = [normalizers.Replace(Regex("[\u00ad\u2060\ufeff]"), ""),  # as swe.text.words
+    steps = [normalizers.Replace(Regex(INVISIBLE), ""),  # dropped as swe.text.words drops them
              normalizers.Replace(MARK, "")]
     if lowercase:
         steps.append(normalizers.Lowercase())

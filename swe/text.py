@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 __all__ = [
+    "INVISIBLE",
     "LANGUAGES",
     "Language",
     "clean",
@@ -95,7 +96,8 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 # character): a soft hyphen (web and PDF text), a word joiner, a byte-order mark mid-text. The
 # splitter broke a word at each (fir\u00adst -> fir, st). Zero-width (non-)joiners stay: they
 # carry meaning in Persian, Indic scripts and emoji, and the vocabularies were built with them.
-_INVISIBLE = re.compile("[\u00ad\u2060\ufeff]")
+INVISIBLE = "[\u00ad\u2060\ufeff]"  # the pattern, for the exported tokenizer's normaliser too
+_INVISIBLE = re.compile(INVISIBLE)
 
 
 def clean(text: str) -> str:
