@@ -18,6 +18,11 @@ import numpy as np
 
 from swe import storage
 
+# Matrix products of fewer than 16 rows (batch x tokens) take another kernel on some CPUs (MKL on
+# AVX-512 here), which changes the last bits: a lone short sentence got states unlike those it
+# gets in a larger batch. Batches below this size gain copies of their last row (outputs dropped).
+MIN_ROWS = 16
+
 __all__ = ["FastTokenizer", "Teacher", "TeacherSpec", "hidden_size", "length_groups", "minilm_dir",
            "open_teacher", "read_spec", "teacher_dir"]
 
@@ -236,16 +241,20 @@ class Teacher:
         return out
 
     def _forward(self, enc: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        offsets = enc.pop("offset_mapping")
+        offsets, mask = enc.pop("offset_mapping"), enc["attention_mask"]
+        rows, width = mask.shape
+        extra = max(0, -(-MIN_ROWS // width) - rows)
+        if extra:
+            enc = {k: np.concatenate([v, np.repeat(v[-1:], extra, 0)]) for k, v in enc.items()}
         if self.session is not None:
             hidden = self.session.run(None, {k: enc[k] for k in self.inputs})[0]
-            return hidden.astype(np.float32, copy=False), offsets, enc["attention_mask"]
+            return hidden[:rows].astype(np.float32, copy=False), offsets, mask
         import torch
 
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
         with torch.inference_mode(), torch.autocast(kind, torch.bfloat16, enabled=self.bf16):
             out = self.model(**{k: torch.from_numpy(v).to(self.device) for k, v in enc.items()})
-        return out.last_hidden_state.float().cpu().numpy(), offsets, enc["attention_mask"]
+        return out.last_hidden_state[:rows].float().cpu().numpy(), offsets, mask
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Pooled sentence embeddings as the teacher defines them (mean or CLS, normalised)."""
