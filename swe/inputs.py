@@ -16,7 +16,7 @@ from swe.storage import data_path, filesystem, is_local, refuse_line_break
 
 __all__ = ["check_path_text", "check_regular_file", "corrupt_file", "corrupt_stream",
            "expand_inputs", "input_format", "is_text_type", "iter_lines", "open_input",
-           "peek_lines", "present", "refuse_parquet", "refuse_utf16"]
+           "peek_lines", "present", "refuse_binary", "refuse_parquet", "refuse_utf16"]
 
 log = logging.getLogger("swe.inputs")
 
@@ -282,6 +282,7 @@ def peek_lines(path: str, limit: int = 2, flag: str = "--format") -> list[bytes]
                     if not out:
                         refuse_parquet(path, line, flag)
                         refuse_utf16(path, line)
+                        refuse_binary(path, line)
                     out.append(line.removeprefix(b"\xef\xbb\xbf") if not out else line)
                     if len(out) == limit:
                         break
@@ -318,6 +319,21 @@ def refuse_utf16(path: str, head: bytes) -> None:
     if (first.startswith((b"\xff\xfe", b"\xfe\xff")) and nul) or 0 < len(first) < 4 * nul:
         raise ValueError(f"{path} is UTF-16 or UTF-32 text, not UTF-8: convert it (e.g. "
                          f"{convert_command(path, 'UTF-16')}) and pass that instead")
+
+
+def refuse_binary(path: str, head: bytes) -> None:
+    """Refuse, naming it, a text input whose first line (``head``) is not UTF-8 text: over 5%
+    control bytes, or over 30% invalid UTF-8 (binary data, or a legacy encoding). Other
+    checks would misjudge it: as old Mac line endings, say, or as garbage vectors."""
+    text = head.split(b"\n", 1)[0][:4096].decode("utf-8", errors="replace")
+    if len(text) < 16:
+        return
+    controls = sum(c < " " and c not in "\t\r\f\v" for c in text)
+    invalid = text.count("\ufffd")
+    if controls > len(text) / 20 or invalid > len(text) * 0.3:
+        raise ValueError(f"{path} is not UTF-8 text: its first line is {controls + invalid} of "
+                         f"{len(text)} control bytes or invalid UTF-8 (binary data, or another "
+                         f"encoding: convert it, e.g. {convert_command(path, 'LATIN1')})")
 
 
 _DECOMPRESS = {".gz": "gzip", ".xz": "xz", ".zst": "zstd", ".bz2": "bzip2"}

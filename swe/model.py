@@ -45,6 +45,7 @@ PREFIX_MIN = 3  # the shortest vocabulary word the ``prefix`` rule falls back to
 _SKIP = -1  # a unit that contributes nothing (punctuation, never matched)
 _MEMO_LIMIT = 4_000_000  # distinct surface forms remembered before the memo is reset
 _CHUNK = 1 << 16  # word vectors gathered at once while pooling
+MAX_VALUE = 1e30  # a larger value's sums could overflow float32 (3.4e38)
 
 
 class TokenVectors(NamedTuple):
@@ -114,6 +115,12 @@ class StaticModel:
         if not np.isfinite(vectors).all():
             bad = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
             raise ValueError(f"vector of {words[bad]!r} (row {bad}) is not finite")
+        if vectors.size and float(np.abs(vectors).max()) > MAX_VALUE:
+            bad = int(np.abs(vectors).max(axis=1).argmax())
+            raise ValueError(f"vector of {words[bad]!r} (row {bad}) holds a value above "
+                             f"{MAX_VALUE:.0e}: sums of such vectors overflow float32; divide the "
+                             "matrix by a constant (a sentence vector is normalised: its "
+                             "direction does not change)")
         index: dict[str, int] = {}
         for i, w in enumerate(words):
             if not isinstance(w, str) or not w or any(c.isspace() for c in w):
@@ -327,7 +334,12 @@ class StaticModel:
         if not normalize:
             np.divide(sums, np.maximum(lengths, 1)[:, None], out=sums)
             return sums
-        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        with np.errstate(over="ignore", under="ignore"):  # such rows are mended below
+            norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        lost = ~np.isfinite(norms[:, 0]) | ((norms[:, 0] == 0) & sums.any(axis=1))
+        if lost.any():  # the squares overflowed or underflowed float32: scale the rows first
+            rows = sums[lost] / np.abs(sums[lost]).max(axis=1, keepdims=True)
+            sums[lost], norms[lost] = rows, np.linalg.norm(rows, axis=1, keepdims=True)
         np.divide(sums, norms, out=sums, where=norms > 0)
         return sums
 

@@ -32,6 +32,7 @@ import stat
 from typing import Any
 
 from swe import storage
+from swe.artifacts import kind_of
 
 __all__ = ["CLUSTER_FORMAT_VERSION", "CONFIG", "FLOAT_FORMAT_VERSION", "FORMAT", "FORMAT_VERSION",
            "INT8_FORMAT_VERSION", "MAX_FILE_BYTES", "ModelFileError", "ModelFolder", "confined",
@@ -234,6 +235,11 @@ def _missing(path: str, config_name: str) -> str:
     if built:
         return (f"{path} is a build folder, not a model: its model is {inner} (pass that "
                 "instead)")
+    if storage.is_local(path) and not os.path.lexists(path):
+        return f"no swe model at {path}: no such file or folder (check the path)"
+    kind = kind_of(path) if storage.is_local(path) else ""
+    if kind:
+        return f"{path} is {kind.replace('the ', 'a ', 1)}, not a model: name a model's folder"
     return (f"no swe model at {path}: {config_name} is missing (was the save interrupted? save "
             "the model again)")
 

@@ -214,6 +214,9 @@ def init_ray(**kwargs) -> None:
         _configure_ray_data()
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # swe reports the first failed task in one line; Ray would also print, as "Unhandled error",
+    # the traceback of every other failed task whose result nobody fetched.
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     if not _CONSOLE["verbose"]:
         kwargs.setdefault("logging_level", logging.WARNING)  # not "Started a local Ray ..."
     address = os.environ.get("RAY_ADDRESS")

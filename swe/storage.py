@@ -158,17 +158,27 @@ def _comparable(url: str) -> str:
         return url
     if is_local(url):
         return os.path.realpath(url.removeprefix("file://") or ".").rstrip("/") or "/"
+    check_bucket(url)
     return url.split("://", 1)[1].strip("/")
+
+
+def check_bucket(url: str) -> None:
+    """Refuse an object-store URL that names no bucket (``s3://``, ``s3:///key``)."""
+    scheme, _, key = os.fspath(url).partition("://")
+    if _ and not is_local(url) and not key.split("/", 1)[0].strip():
+        raise ValueError(f"{url} names no bucket: give {scheme}://BUCKET/PREFIX")
 
 
 def overlaps(a: str, b: str) -> bool:
     """``a`` and ``b`` are the same place, or one lies inside the other; locally also when one
     is a hard link of the other or of a file inside it (writing it would change the other)."""
-    local = is_local(a) and is_local(b)
+    local_a, local_b = is_local(a), is_local(b)
     a, b = _comparable(data_path(a)), _comparable(data_path(b))
+    if local_a != local_b:  # a path here and a key in an object store
+        return False
     if a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/"):
         return True
-    return local and (_hard_link_in(a, b) or _hard_link_in(b, a))
+    return local_a and (_hard_link_in(a, b) or _hard_link_in(b, a))
 
 
 def _hard_link_in(file: str, place: str) -> bool:
@@ -252,7 +262,9 @@ def object_store_error(e: BaseException, urls: Iterable[str] = ()) -> str | None
     ``urls``: the job's paths, to name the bucket when the error does not."""
     seen: BaseException | None = e
     while seen is not None and type(seen).__name__ not in _BOTO_ERRORS:
-        seen = seen.__cause__ or seen.__context__
+        cause = getattr(seen, "cause", None)  # a Ray task's error holds the task's own
+        seen = (cause if isinstance(cause, BaseException) and cause is not seen else None) \
+            or seen.__cause__ or seen.__context__
     if seen is None:
         return None
     text = str(seen)

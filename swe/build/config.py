@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ else:  # pragma: no cover
 from functools import cache
 
 from swe import inputs, storage
+from swe.artifacts import MANAGED, swe_folder_around
 from swe.build.fields import (
     TYPES,
     check_readable,
@@ -273,37 +273,10 @@ def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
         if path and storage.overlaps(cfg.output, path):
             errors.append(f"--output {cfg.output} overlaps {where} {path!r}: the build would "
                           "overwrite or read its own files as input; choose an output outside it")
-    held = _saved_output_around(cfg.output)
+    held = swe_folder_around(cfg.output, MANAGED)
     if held:
         errors.append(f"--output {cfg.output} lies in {held}: the build would mix its work and "
                       "models into it; choose an output outside it")
-
-
-_SWE_FORMAT = re.compile(rb'"format"\s*:\s*"swe-')
-
-
-def _saved_output_around(output: str) -> str:
-    """The saved model or ``swe encode`` output that a local ``output`` is or lies in (named,
-    with its folder); ``""`` for none. Other commands refuse to write into these already."""
-    if not storage.is_local(output):
-        return ""
-    folder = os.path.abspath(output.removeprefix("file://"))
-    kinds = {"_manifest.json": "the swe encode output", "config.json": "the saved model",
-             "ensemble.json": "the saved model"}
-    while True:
-        for name, kind in kinds.items():
-            path = os.path.join(folder, name)
-            with contextlib.suppress(OSError):  # a regular file only: a pipe would block
-                if os.path.isfile(path) and _SWE_FORMAT.search(_head(path)):
-                    return f"{kind} {folder}"
-        if os.path.dirname(folder) == folder:
-            return ""
-        folder = os.path.dirname(folder)
-
-
-def _head(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(1 << 16)
 
 
 def _inputs(cfg: BuildConfig) -> list[tuple[str, str]]:

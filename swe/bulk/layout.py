@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from swe import storage
+from swe.artifacts import swe_folder_at_or_in
 from swe.lease import LEASE_FILE
 
 __all__ = ["FORMAT", "MANIFEST", "check_target", "find_receipts", "output_parts", "publish",
@@ -89,6 +90,10 @@ def check_target(output: str, model: str, patterns: list[str], files: list[str],
     entries = _entries(output)
     if not entries or _ours(output, entries):
         return
+    held = swe_folder_at_or_in(output, own="the swe encode output")
+    if held:
+        raise FileExistsError(f"--output {output} is or holds {held}; swe encode never replaces "
+                              "one, even with --overwrite: choose another path")
     if not overwrite:
         kind = "a file" if entries == [("", "file")] else "a folder that is not an encode output"
         raise FileExistsError(f"--output {output} is {kind} (no {MANIFEST}); refusing to "

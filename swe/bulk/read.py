@@ -25,6 +25,7 @@ from swe.inputs import (
     is_text_type,
     iter_lines,
     open_input,
+    refuse_binary,
     refuse_parquet,
     refuse_utf16,
 )
@@ -114,6 +115,7 @@ def _peek(path: str, cols: list[str], kind: str) -> None:
                 if lineno == 1:
                     refuse_parquet(path, raw)
                 refuse_utf16(path, raw)
+                refuse_binary(path, raw)
                 if kind == "text" and b"\r" in raw.removesuffix(b"\r"):
                     raise lone_carriage_return(path, lineno)
                 if kind == "jsonl":

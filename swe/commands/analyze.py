@@ -20,17 +20,16 @@ import argparse
 import json
 import math
 import os
-import stat
 import sys
 from pathlib import Path
 
 from swe import storage
 from swe.cli import ArgumentParser, HelpFormatter
 from swe.commands import failed
-from swe.ensemble import ENSEMBLE
+from swe.commands.report_file import check_report_file
 from swe.eval.analysis import analyze
 from swe.inputs import check_path_text, check_regular_file, open_input
-from swe.modelfiles import CONFIG, ModelFolder
+from swe.modelfiles import ModelFolder
 
 #: What ``--speed`` holds, for the messages that refuse it.
 SPEED_FORM = ('{"results": [{"spec", "threads", "sentences_per_s", "size_bytes"}, …]} (python '
@@ -107,34 +106,6 @@ def _model_inputs(model: str) -> list[str]:
     if storage.is_local(model) and len(languages) > 1 and vocab.exists():
         inputs.append(str(vocab))
     return inputs
-
-
-def _check_output(flag: str, path: str, inputs: list[str]) -> None:
-    """Refuse an output that cannot be a new file of its own: not a path, the root, home, the
-    current folder or one above it, a folder, a pipe, under a file, or on any input."""
-    check_path_text(path, flag)
-    if not storage.is_local(path):
-        raise ValueError(f"{flag} {path}: swe analyze writes local files only; name a local "
-                         "path and copy it after")
-    real = Path(storage.output_url(path, flag))  # the root, home, ., .. and above: refused
-    if real.is_dir():
-        raise ValueError(f"{flag} {path} is a folder; name a file in it, e.g. "
-                         f"{Path(path) / ('analysis.' + flag.lstrip('-'))}")
-    if real.exists() and not stat.S_ISREG(real.stat().st_mode):
-        raise ValueError(f"{flag} {path} exists and is not a regular file (a named pipe or a "
-                         "device would block or swallow the output); name a regular file")
-    parent = real.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ValueError(f"{flag} {path}: {parent} is a file, not a folder; name another path")
-    if any((parent / name).is_file() for name in (CONFIG, ENSEMBLE)):
-        raise ValueError(f"{flag} {path} lies in the saved model {parent}, whose files are "
-                         "checksummed: writing there would damage it; name a file elsewhere")
-    for given in inputs:
-        if storage.overlaps(path, given):
-            raise ValueError(f"{flag} {path} would overwrite {given}, an input of this analysis;"
-                             " name another file")
 
 
 def _speed_results(path: str) -> list[dict]:
@@ -221,7 +192,7 @@ def _check(args: argparse.Namespace) -> tuple[dict | None, dict[str, float]]:
     outputs = [(flag, path) for flag, path in (("--json", args.json), ("--png", args.png))
                if path is not None]
     for flag, path in outputs:
-        _check_output(flag, path, inputs)
+        check_report_file(flag, path, inputs, "swe analyze", "analysis")
     if len(outputs) == 2 and storage.overlaps(args.json, args.png):
         raise ValueError(f"--json and --png are the same file ({args.json}): one would "
                          "overwrite the other; name two files")

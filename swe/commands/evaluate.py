@@ -28,9 +28,9 @@ from pathlib import Path
 from swe import storage
 from swe.cli import ArgumentParser, HelpFormatter
 from swe.commands import failed
+from swe.commands.report_file import check_report_file
 from swe.eval.data import data_root
-from swe.eval.report import EvaluationError, evaluate
-from swe.eval.tasks import UnknownTaskError
+from swe.eval.report import evaluate
 
 
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -59,22 +59,14 @@ def _check(args: argparse.Namespace) -> None:
                              ("--distractors", args.distractors, 1)):
         if value is not None and value < low:
             raise ValueError(f"{name} {value}: must be at least {low}")
+    for spec in [*args.model, *args.tasks]:  # s3://B/M, gem:s3://B/M, pairs:s3://B/P
+        rest = spec.partition(":")[2]
+        storage.check_bucket(rest if "://" in rest else spec)
+    inputs = [str(p) for p in _inputs(args)]
     for name in ("json", "markdown"):
-        path = getattr(args, name)
-        if path is None:
-            continue
-        if not path.strip() or "\0" in path:
-            raise ValueError(f"--{name} {path!r}: give a file path")
-        if Path(path).is_dir():
-            suffix = "md" if name == "markdown" else name
-            raise ValueError(f"--{name} {path} is a folder; name a file in it, e.g. "
-                             f"{Path(path) / ('results.' + suffix)}")
-        target = Path(path).resolve()
-        for given in _inputs(args):
-            if target == given or given in target.parents or storage.overlaps(str(target),
-                                                                            str(given)):
-                raise ValueError(f"--{name} {path} would overwrite {given}, an input of this "
-                                 "evaluation; name another file")
+        if getattr(args, name) is not None:
+            check_report_file(f"--{name}", getattr(args, name), inputs, "swe evaluate",
+                              "evaluation")
     if args.json and args.markdown and Path(args.json).resolve() == Path(args.markdown).resolve():
         raise ValueError(f"--json and --markdown are the same file ({args.json}): one would "
                          "overwrite the other; name two files")
@@ -103,8 +95,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         _check(args)
         report = evaluate(args.model, args.tasks, args.data, args.distractors, args.speed,
                           args.threads)
-    except (UnknownTaskError, EvaluationError, ValueError) as e:
-        return failed(e)
+    except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
+        return failed(e, [*args.model, *(t.partition(":")[2] for t in args.tasks)])
     table = report.markdown()
     print(table)
     try:

@@ -70,14 +70,30 @@ def pair_retrieval(encoder: Encoder, path: str | os.PathLike) -> dict[str, float
     the accuracies are averaged over pairs: a many-language dev set repeats each English
     sentence once per language, so one search over all rows would have many right answers."""
     src, tgt, pair = read_pairs(path)
+    if not src:
+        raise ValueError("no pairs: retrieval accuracy is undefined")
     es, et = encoder.encode(src), encoder.encode(tgt)
     pair_arr = np.asarray(pair, dtype=object)
     s2t, t2s = [], []
     for key in sorted(set(pair)):
         rows = np.flatnonzero(pair_arr == key)
+        _check_defined(key, es[rows], et[rows])
         gold = np.arange(len(rows))
         s2t.append(100 * float(np.mean(top_k(es[rows], et[rows], 1)[1][:, 0] == gold)))
         t2s.append(100 * float(np.mean(top_k(et[rows], es[rows], 1)[1][:, 0] == gold)))
     a, b = float(np.mean(s2t)), float(np.mean(t2s))
     return {"acc": (a + b) / 2, "acc_src_tgt": a, "acc_tgt_src": b, "pairs": len(src),
             "language_pairs": len(s2t)}
+
+
+def _check_defined(key: str, es: np.ndarray, et: np.ndarray) -> None:
+    """Retrieval is undefined among fewer than 2 candidates, or where every text on a side has
+    the same vector (no known word, say): the accuracy would be argmax's tie-breaking."""
+    what = f"the {key} pairs" if key else "the pairs"
+    if len(es) < 2:
+        raise ValueError(f"{what} hold {len(es)} row: retrieval among fewer than 2 "
+                         "candidates is undefined; give at least 2 pairs")
+    for side, vectors in (("src", es), ("tgt", et)):
+        if float(np.ptp(vectors, axis=0).max()) <= 1e-6:
+            raise ValueError(f"every {side} text of {what} has the same vector (e.g. no "
+                             "word the model knows): retrieval accuracy is undefined")

@@ -50,12 +50,19 @@ def sts(encoder: Encoder, path: str | os.PathLike) -> float:
     if hasattr(encoder, "fit"):  # on a copy: later tasks must not reuse these directions
         encoder = copy.copy(encoder).fit(a + b)
     ea, eb = l2_normalise(encoder.encode(a)), l2_normalise(encoder.encode(b))
-    return 100 * spearman((ea * eb).sum(1), gold)
+    cosines = (ea * eb).sum(1)
+    if float(np.ptp(cosines)) <= 1e-6:  # equal but for float32 rounding: ranks of noise
+        raise ValueError(f"{path}: spearman is undefined: every predicted similarity is "
+                         f"{float(cosines[0]):.6f} (up to rounding)")
+    return 100 * spearman(cosines, gold)
 
 
 def sts_dir(encoder: Encoder, path: str | os.PathLike) -> dict[str, float]:
     """``{"spearman": …}`` for one STS file, or for a directory the mean over its ``.tsv`` and
     ``.csv`` files plus each file's score under its stem."""
+    if "://" in os.fspath(path):
+        raise ValueError("STS sets are read from local files only; copy it here and name the "
+                         "copy")
     path = Path(path)
     if not path.is_dir():
         return {"spearman": sts(encoder, path)}

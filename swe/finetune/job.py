@@ -92,15 +92,29 @@ def _check_output(job: FinetuneJob) -> None:
                                   "folder")
 
 
-def _inspect(path: str, text_column: str, label_column: str) -> dict:
-    """In a task: the file's rows, labels and kind (every check of ``read_labelled``)."""
-    from swe.finetune.data import read_labelled
+def _inspect(path: str, text_column: str, label_column: str, share: float = 0.0,
+             seed: int = 0) -> dict:
+    """In a task: the file's rows, labels and kind (every check of ``read_labelled``), and how
+    many rows the seeded dev ``share`` holds out."""
+    from swe.finetune.data import dev_mask, read_labelled
 
     data = read_labelled(path, text_column, label_column)
     rows = sorted(zip(data.texts, map(str, data.labels), strict=True))
     digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    held = int(dev_mask(data.texts, share, seed).sum()) if share else 0
     return {"rows": len(data.texts), "classes": data.classes, "multi_label": data.multi_label,
-            "digest": digest}
+            "digest": digest, "held_out": held}
+
+
+def _check_share(job: FinetuneJob, facts: dict) -> None:
+    """The seeded dev share holds at least one row and leaves at least one for training."""
+    held, rows = facts["held_out"], facts["rows"]
+    if 0 < held < rows:
+        return
+    which = "no row" if held == 0 else "every row"
+    raise ValueError(f"--dev-share {job.dev_share} of the {rows} rows of {job.data} holds {which}"
+                     f" (the rows are drawn by a hash of their text and --seed): give a --dev "
+                     "file, another --dev-share, or more rows")
 
 
 def _run_name(job: FinetuneJob) -> str:
@@ -137,8 +151,11 @@ def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
     t0 = time.perf_counter()
     init_ray()
     inspect = ray.remote(num_cpus=0.5)(_inspect)
-    facts = ray.get([inspect.remote(p, job.text_column, job.label_column)
-                     for p in (job.data, job.dev) if p])
+    share = 0.0 if job.dev else job.dev_share
+    facts = ray.get([inspect.remote(p, job.text_column, job.label_column, s, job.seed)
+                     for p, s in ((job.data, share), (job.dev, 0.0)) if p])
+    if not job.dev:
+        _check_share(job, facts[0])
     if job.dev and facts[0]["digest"] == facts[1]["digest"]:
         raise ValueError(f"--dev {job.dev} holds the same rows as --data {job.data} (a copy): "
                          "dev loss, accuracy and early stopping would be measured on training "
