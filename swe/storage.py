@@ -22,35 +22,12 @@ from fsspec import AbstractFileSystem
 
 log = logging.getLogger("swe.storage")
 
-__all__ = [
-    "absolute",
-    "access_hint",
-    "check_writable",
-    "child_names",
-    "data_path",
-    "filesystem",
-    "find",
-    "fingerprint",
-    "is_local",
-    "join",
-    "load_npz",
-    "load_tokenizer",
-    "naming",
-    "output_url",
-    "overlaps",
-    "pyarrow_filesystem",
-    "read_bytes",
-    "read_parquet",
-    "read_text",
-    "refuse_file_output",
-    "refuse_line_break",
-    "remove_tree",
-    "save_npz",
-    "within",
-    "write_bytes",
-    "write_bytes_atomic",
-    "write_parquet",
-]
+__all__ = ["absolute", "access_hint", "check_bucket", "check_writable", "child_names",
+           "data_path", "filesystem", "find", "fingerprint", "is_local", "join", "load_npz",
+           "load_tokenizer", "naming", "output_url", "overlaps", "pyarrow_filesystem",
+           "read_bytes", "read_parquet", "read_text", "refuse_file_output", "refuse_line_break",
+           "remove_tree", "save_npz", "within", "write_bytes", "write_bytes_atomic",
+           "write_parquet"]
 
 def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
     """The fsspec filesystem for ``url`` and the path within it."""

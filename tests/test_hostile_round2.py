@@ -236,7 +236,7 @@ def test_a_teacher_that_is_not_a_folder_never_reaches_for_the_network(tmp_path, 
     (["--threads", "0"], "--threads 0: must be at least 1"),
     (["--speed", "-5"], "--speed -5: must be at least 0"),
     (["--json", "DIR"], "is a folder; name a file in it"),
-    (["--markdown", ""], "give a file path"),
+    (["--markdown", ""], "is not a path"),
 ])
 def test_evaluate_checks_its_numbers_and_report_paths_before_any_work(tmp_path, args, needle,
                                                                       capsys):
