@@ -10,7 +10,7 @@ import re
 
 from swe import storage
 
-__all__ = ["MANAGED", "kind_of", "swe_folder_around", "swe_folder_at_or_in"]
+__all__ = ["MANAGED", "kind_of", "refuse_inside", "swe_folder_around", "swe_folder_at_or_in"]
 
 _SWE_FORMAT = re.compile(rb'"format"\s*:\s*"swe-')
 # A file whose "format" names swe, and what its folder is then.
@@ -56,17 +56,35 @@ def swe_folder_around(path: str, kinds: tuple[str, ...] = ()) -> str:
 
 
 def swe_folder_at_or_in(path: str, own: str = "") -> str:
-    """The swe folder that the local ``path`` is, or that one of its entries is (one level
-    down), other than one of kind ``own``; ``""`` for none, or for a URL."""
+    """The swe folder that the local ``path`` is, or that a folder anywhere under it is, other
+    than one of kind ``own``; ``""`` for none, or for a URL. (A walk of what a replacement would
+    delete; inside a swe folder it stops.)"""
     if not storage.is_local(path) or not os.path.isdir(path):
         return ""
-    folder = os.path.abspath(os.fspath(path).removeprefix("file://"))
-    kind = kind_of(folder)
+    top = os.path.abspath(os.fspath(path).removeprefix("file://"))
+    kind = kind_of(top)
     if kind:
-        return "" if kind == own else f"{kind} {folder}"
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
-        for entry in entries:
-            inner = kind_of(entry.path) if entry.is_dir(follow_symlinks=False) else ""
+        return "" if kind == own else f"{kind} {top}"
+    for folder, subfolders, _ in os.walk(top):  # symbolic links are not followed
+        for name in list(subfolders):
+            inner = kind_of(os.path.join(folder, name))
             if inner:
-                return f"{inner} {entry.path}"
+                return f"{inner} {os.path.join(folder, name)}"
     return ""
+
+
+def refuse_inside(path: str, flag: str = "--output") -> None:
+    """Refuse a local output that lies inside a saved model, an encode output, a teacher store
+    or a build's ``work/`` folder: their files are checksummed, listed or cleaned by swe."""
+    if not storage.is_local(path):
+        return
+    parent = os.path.dirname(os.path.abspath(os.fspath(path).removeprefix("file://")))
+    held = swe_folder_around(parent, MANAGED)
+    build = swe_folder_around(parent, ("the swe build",))
+    if not held and build:
+        work = os.path.join(build.removeprefix("the swe build "), "work")
+        if parent == work or parent.startswith(work + os.sep):
+            held = f"the work folder of {build}"
+    if held:
+        raise ValueError(f"{flag} {path} lies in {held}, whose files swe checksums, lists or "
+                         "cleans: writing there would damage it; choose an output outside it")

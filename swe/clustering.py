@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from swe import storage
+from swe.artifacts import refuse_inside
 from swe.matrix import DTYPES, SCALES, TENSOR
 from swe.modelfiles import ModelFileError, ModelFolder
 
@@ -198,6 +199,7 @@ def _check_output(model: str, out: str) -> str:
     """The output as a job may use it: not the input, not inside or around it, and empty."""
     out = storage.output_url(out)
     storage.refuse_file_output(out)
+    refuse_inside(out)
     if storage.overlaps(model, out):
         raise ValueError(f"--output {out} overlaps the input model {model}; name a new folder")
     fs, path = storage.filesystem(out)

@@ -28,6 +28,7 @@ import numpy as np
 from safetensors.numpy import save as st_save
 
 from swe import storage
+from swe.artifacts import refuse_inside
 from swe.model import PREFIX_MIN, StaticModel
 from swe.modelfiles import write_new_folder
 from swe.text import INVISIBLE, has_unspaced_script, is_punctuation, words
@@ -337,6 +338,10 @@ def _check_out(out: str, model: object) -> str:
     except ValueError as e:
         raise ExportError(f"{e}; name a new folder") from None
     storage.refuse_file_output(out, "the output")
+    try:
+        refuse_inside(out, "the output")
+    except ValueError as e:
+        raise ExportError(str(e)) from None
     if isinstance(model, str | os.PathLike) and storage.overlaps(os.fspath(model), out):
         raise ExportError(f"the output {out} overlaps the input model {os.fspath(model)}; "
                           "name a new folder outside it")

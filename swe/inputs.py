@@ -305,8 +305,9 @@ def refuse_parquet(path: str, head: bytes, flag: str = "--format") -> None:
     Read as text, its bytes would be a few rows of garbage, or a lone carriage return error.
     ``flag``: how the user sets the format."""
     if head.startswith(b"PAR1") and head[4:5] and head[4] < 0x20 and head[4:5] not in b"\t\n\r":
-        raise ValueError(f"{path} holds Parquet data, not text: rename it to end in .parquet "
-                         f"(or set {flag} to parquet)")
+        fix = (f"set {flag} to parquet" if path.endswith(".parquet") else
+               f"rename it to end in .parquet (or set {flag} to parquet)")
+        raise ValueError(f"{path} holds Parquet data, not text: {fix}")
 
 
 def refuse_utf16(path: str, head: bytes) -> None:

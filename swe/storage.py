@@ -46,7 +46,10 @@ def is_local(url: str) -> bool:
 
 
 def absolute(url: str) -> str:
-    """A plain local path made absolute (workers may run in another directory); URLs as given."""
+    """A plain local path made absolute (workers may run in another directory); URLs as given.
+    An empty path is refused: made absolute, it would name the current folder."""
+    if not os.fspath(url).strip():
+        raise ValueError(f"an empty path ({url!r}) was given: name a file or folder")
     return os.path.abspath(url) if "://" not in os.fspath(url) else url
 
 
@@ -130,6 +133,8 @@ def _refuse_loop(path: str, url: str, flag: str) -> None:
 def _comparable(url: str) -> str:
     """A real local path, or ``bucket/key`` on object stores (globs cut at their first ``*?[``)."""
     url = os.fspath(url)
+    if not url.strip():
+        raise ValueError(f"an empty path ({url!r}) was given: name a file or folder")
     url = url[:min([url.find(c) for c in "*?[" if c in url] or [len(url)])]
     if "\0" in url:  # no real path: it overlaps nothing (and is refused where it is named)
         return url

@@ -183,13 +183,18 @@ def test_evaluate_never_writes_into_another_swe_folder(tmp_path, capsys, inside)
 
 # -- swe encode --overwrite ------------------------------------------------------------------
 
-@pytest.mark.parametrize("target", ["model", "build", "store", "folder holding a build"])
+@pytest.mark.parametrize("target", ["model", "build", "store", "folder holding a build",
+                                    "model three levels down"])
 def test_encode_overwrite_never_replaces_a_model_build_or_store(tmp_path, capsys, target):
     model = _model(tmp_path / "m")
     (tmp_path / "in.txt").write_text("the cat\n")
     out = tmp_path / "target"
     if target == "model":
         _model(out)
+    elif target == "model three levels down":  # round 9: a walk, not one level
+        (out / "a" / "b").mkdir(parents=True)
+        (out / "notes.txt").write_text("mine")
+        _model(out / "a" / "b" / "m")
     elif target == "store":
         out.mkdir()
         (out / "_SWE_STORE.json").write_text('{"format": "swe-teacher-store"}')

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -59,9 +60,19 @@ def _check(args: argparse.Namespace) -> None:
                              ("--distractors", args.distractors, 1)):
         if value is not None and value < low:
             raise ValueError(f"{name} {value}: must be at least {low}")
+    for spec in args.model:
+        if not spec.strip() or spec.endswith(":"):
+            raise ValueError(f"--model {spec!r} names no model: give a folder or a spec (above)")
     for spec in [*args.model, *args.tasks]:  # s3://B/M, gem:s3://B/M, pairs:s3://B/P
         rest = spec.partition(":")[2]
         storage.check_bucket(rest if "://" in rest else spec)
+    for flag, specs in (("--model", args.model), ("--tasks", args.tasks)):
+        seen: dict[str, str] = {}
+        for spec in specs:
+            first = seen.setdefault(_same(spec), spec)
+            if first != spec or specs.count(spec) > 1:
+                raise ValueError(f"{flag} names {first} twice ({spec}): it would count twice in "
+                                 "the average; give it once")
     inputs = [str(p) for p in _inputs(args)]
     for name in ("json", "markdown"):
         if getattr(args, name) is not None:
@@ -70,6 +81,14 @@ def _check(args: argparse.Namespace) -> None:
     if args.json and args.markdown and Path(args.json).resolve() == Path(args.markdown).resolve():
         raise ValueError(f"--json and --markdown are the same file ({args.json}): one would "
                          "overwrite the other; name two files")
+
+
+def _same(spec: str) -> str:
+    """A spec with a local path resolved, so ``sts:x.tsv`` and ``sts:./x.tsv`` compare equal."""
+    kind, sep, rest = spec.partition(":")
+    if sep and "://" not in spec and kind in ("sts", "pairs", "teacher", "model2vec", "gem"):
+        return f"{kind}:{os.path.realpath(rest)}" if rest else spec
+    return os.path.realpath(spec) if "://" not in spec and os.path.exists(spec) else spec
 
 
 def _inputs(args: argparse.Namespace) -> list[Path]:

@@ -36,6 +36,8 @@ def read_sts(path: str | os.PathLike) -> tuple[list[str], list[str], np.ndarray]
                 s.append(float(row["score"]))
             except (TypeError, ValueError):
                 raise ValueError(f"{path}:{line}: score {row['score']!r} is not a number") from None
+            if not np.isfinite(s[-1]):
+                raise ValueError(f"{path}:{line}: score {row['score']!r} is not a finite number")
             a.append(row["sentence1"] or "")
             b.append(row["sentence2"] or "")
     if len(s) < 2:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from swe import storage
+from swe.artifacts import refuse_inside
 from swe.finetune.train import FinetuneJob, train_loop
 
 __all__ = ["FinetuneReport", "finetune"]
@@ -79,6 +80,7 @@ def _check_output(job: FinetuneJob) -> None:
             raise ValueError(f"--output {job.output} overlaps the input {given}; name a new "
                              "folder")
     storage.refuse_file_output(job.output)
+    refuse_inside(job.output)
     fs, path = storage.filesystem(job.output)
     if fs.exists(path):
         names = {n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(path)}
