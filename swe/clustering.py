@@ -199,9 +199,9 @@ def _check_output(model: str, out: str) -> str:
     """The output as a job may use it: not the input, not inside or around it, and empty."""
     out = storage.output_url(out)
     storage.refuse_file_output(out)
-    refuse_inside(out)
     if storage.overlaps(model, out):
         raise ValueError(f"--output {out} overlaps the input model {model}; name a new folder")
+    refuse_inside(out)
     fs, path = storage.filesystem(out)
     if fs.exists(path) and (not fs.isdir(path) or fs.ls(path)):
         raise FileExistsError(f"--output {out} exists and is not empty; name a new folder (a "

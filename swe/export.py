@@ -338,13 +338,10 @@ def _check_out(out: str, model: object) -> str:
     except ValueError as e:
         raise ExportError(f"{e}; name a new folder") from None
     storage.refuse_file_output(out, "the output")
-    try:
-        refuse_inside(out, "the output")
-    except ValueError as e:
-        raise ExportError(str(e)) from None
     if isinstance(model, str | os.PathLike) and storage.overlaps(os.fspath(model), out):
         raise ExportError(f"the output {out} overlaps the input model {os.fspath(model)}; "
                           "name a new folder outside it")
+    refuse_inside(out, "the output")  # a ValueError, as ExportError is
     fs, path = storage.filesystem(out)
     if fs.exists(path) and (not fs.isdir(path) or fs.ls(path)):
         raise ExportError(f"{out} exists and is not an empty directory; choose a new output "

@@ -133,8 +133,8 @@ def _refuse_loop(path: str, url: str, flag: str) -> None:
 def _comparable(url: str) -> str:
     """A real local path, or ``bucket/key`` on object stores (globs cut at their first ``*?[``)."""
     url = os.fspath(url)
-    if not url.strip():
-        raise ValueError(f"an empty path ({url!r}) was given: name a file or folder")
+    if not url.strip():  # no path: it overlaps nothing (and is refused where it is named)
+        return "\0"
     url = url[:min([url.find(c) for c in "*?[" if c in url] or [len(url)])]
     if "\0" in url:  # no real path: it overlaps nothing (and is refused where it is named)
         return url

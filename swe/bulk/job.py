@@ -33,7 +33,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from swe import storage
-from swe.artifacts import refuse_inside
 from swe.bulk import layout
 from swe.bulk.encoder import Encoder
 from swe.bulk.options import DTYPES, EncodeOptions
@@ -224,7 +223,6 @@ def encode_files(model: str, inputs: list[str], output: str, *,
     for p in inputs:  # before absolute(), which would read '' as the working directory
         check_path_text(p, "--input")
     model, output = storage.absolute(model), storage.output_url(output)
-    refuse_inside(output)
     storage.refuse_file_output(output, file_ok=True)  # replacing a file: check_target says
     inputs = [storage.absolute(p) for p in inputs]  # workers may run in another directory
     files = expand_inputs(inputs)

@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from swe import storage
-from swe.artifacts import swe_folder_at_or_in
+from swe.artifacts import refuse_inside, swe_folder_at_or_in
 from swe.lease import LEASE_FILE
 
 __all__ = ["FORMAT", "MANIFEST", "check_target", "find_receipts", "output_parts", "publish",
@@ -87,6 +87,7 @@ def check_target(output: str, model: str, patterns: list[str], files: list[str],
         if storage.overlaps(output, url):
             raise ValueError(f"--output {output} overlaps {what} ({url}): writing there would "
                              "replace it; choose an output path outside the model and inputs")
+    refuse_inside(output)
     entries = _entries(output)
     if not entries or _ours(output, entries):
         return
