@@ -336,7 +336,9 @@ class StaticModel:
             return sums
         with np.errstate(over="ignore", under="ignore"):  # such rows are mended below
             norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        lost = ~np.isfinite(norms[:, 0]) | ((norms[:, 0] == 0) & sums.any(axis=1))
+        lost, zero = ~np.isfinite(norms[:, 0]), norms[:, 0] == 0
+        if zero.any():  # rows of no known word are zero; any other zero norm underflowed
+            lost[zero] = sums[zero].any(axis=1)
         if lost.any():  # the squares overflowed or underflowed float32: scale the rows first
             rows = sums[lost] / np.abs(sums[lost]).max(axis=1, keepdims=True)
             sums[lost], norms[lost] = rows, np.linalg.norm(rows, axis=1, keepdims=True)
