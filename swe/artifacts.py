@@ -10,7 +10,8 @@ import re
 
 from swe import storage
 
-__all__ = ["MANAGED", "kind_of", "refuse_inside", "swe_folder_around", "swe_folder_at_or_in"]
+__all__ = ["MANAGED", "holder_of", "kind_of", "refuse_inside", "swe_folder_around",
+           "swe_folder_at_or_in"]
 
 _SWE_FORMAT = re.compile(rb'"format"\s*:\s*"swe-')
 # A file whose "format" names swe, and what its folder is then.
@@ -73,18 +74,32 @@ def swe_folder_at_or_in(path: str, own: str = "") -> str:
     return ""
 
 
+def holder_of(path: str) -> str:
+    """The swe folder that writing the local ``path`` would write into, named with its kind: the
+    saved model, encode output or teacher store its parent lies in, or the work folder of a
+    build that ``path`` is or lies in (each build's rerun may clear it). Symbolic links are
+    resolved first. ``""`` for none, or for a URL."""
+    if not storage.is_local(path):
+        return ""
+    real = os.path.realpath(os.fspath(path).removeprefix("file://"))
+    held = swe_folder_around(os.path.dirname(real), MANAGED)
+    folder = os.path.dirname(real)
+    while not held:
+        if kind_of(folder) == "the swe build":
+            work = os.path.join(folder, "work")
+            if real == work or real.startswith(work + os.sep):
+                return f"the work folder of the swe build {folder}"
+        if os.path.dirname(folder) == folder:
+            return ""
+        folder = os.path.dirname(folder)
+    return held
+
+
 def refuse_inside(path: str, flag: str = "--output") -> None:
     """Refuse a local output that lies inside a saved model, an encode output, a teacher store
-    or a build's ``work/`` folder: their files are checksummed, listed or cleaned by swe."""
-    if not storage.is_local(path):
-        return
-    parent = os.path.dirname(os.path.abspath(os.fspath(path).removeprefix("file://")))
-    held = swe_folder_around(parent, MANAGED)
-    build = swe_folder_around(parent, ("the swe build",))
-    if not held and build:
-        work = os.path.join(build.removeprefix("the swe build "), "work")
-        if parent == work or parent.startswith(work + os.sep):
-            held = f"the work folder of {build}"
+    or a build's ``work/`` folder (or is that folder): their files are checksummed, listed or
+    cleaned by swe."""
+    held = holder_of(path)
     if held:
         raise ValueError(f"{flag} {path} lies in {held}, whose files swe checksums, lists or "
                          "cleans: writing there would damage it; choose an output outside it")

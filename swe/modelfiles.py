@@ -92,8 +92,8 @@ def _json_safe(value: Any) -> Any:
 def _write_config(target: str, config: dict[str, Any], files: dict[str, bytes]) -> None:
     config = sealed({**_json_safe(config), "files": {n: {"bytes": len(d), "sha256": _sha256(d)}
                                                     for n, d in files.items()}})
-    storage.write_bytes(target, json.dumps(config, indent=2, ensure_ascii=False,
-                                           allow_nan=False).encode("utf-8"))
+    storage.write_bytes_atomic(target, json.dumps(config, indent=2, ensure_ascii=False,
+                                                  allow_nan=False).encode("utf-8"))
 
 
 def write_folder(path: str, files: dict[str, bytes], config: dict[str, Any],
@@ -101,8 +101,8 @@ def write_folder(path: str, files: dict[str, bytes], config: dict[str, Any],
     """Write ``files`` then ``config_name`` (with their sizes and checksums) under ``path``."""
     target = storage.join(path, config_name)
     invalidate(target)  # from here until the new config lands, the folder is incomplete
-    for name, data in files.items():
-        storage.write_bytes(storage.join(path, name), data)
+    for name, data in files.items():  # a new file each: a hard-linked copy keeps its own
+        storage.write_bytes_atomic(storage.join(path, name), data)
     _write_config(target, config, files)
 
 

@@ -20,7 +20,7 @@ else:  # pragma: no cover
 from functools import cache
 
 from swe import inputs, storage
-from swe.artifacts import MANAGED, swe_folder_around
+from swe.artifacts import MANAGED, holder_of, swe_folder_around
 from swe.build.fields import (
     TYPES,
     check_readable,
@@ -273,7 +273,7 @@ def _check_output(cfg: BuildConfig, errors: list[str]) -> None:
         if path and storage.overlaps(cfg.output, path):
             errors.append(f"--output {cfg.output} overlaps {where} {path!r}: the build would "
                           "overwrite or read its own files as input; choose an output outside it")
-    held = swe_folder_around(cfg.output, MANAGED)
+    held = swe_folder_around(cfg.output, MANAGED) or holder_of(cfg.output)
     if held:
         errors.append(f"--output {cfg.output} lies in {held}: the build would mix its work and "
                       "models into it; choose an output outside it")

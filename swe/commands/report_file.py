@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from swe import storage
-from swe.artifacts import MANAGED, swe_folder_around
+from swe.artifacts import holder_of
 from swe.inputs import check_path_text
 
 __all__ = ["check_report_file"]
@@ -39,7 +39,7 @@ def check_report_file(flag: str, path: str, inputs: list[str], command: str, job
         if storage.overlaps(path, given):
             raise ValueError(f"{flag} {path} would overwrite {given}, an input of this {job}; "
                              "name another file")
-    held = swe_folder_around(str(parent), MANAGED)
+    held = holder_of(str(real))
     if held:
-        raise ValueError(f"{flag} {path} lies in {held}, whose files swe checksums or lists: "
-                         "writing there would damage it; name a file elsewhere")
+        raise ValueError(f"{flag} {path} lies in {held}, whose files swe checksums, lists or "
+                         "cleans: writing there would damage it; name a file elsewhere")

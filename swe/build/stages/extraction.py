@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from swe import storage
+from swe.artifacts import holder_of
 from swe.build.markers import StageDir
 from swe.build.outputs import selected_parts, targets_url, vocab_url, vocab_words, writes_targets
 from swe.build.shuffle import partition_ids, read_files
@@ -122,6 +123,9 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
     if cfg.output and storage.overlaps(store, cfg.output):
         errors.append(f"extraction.store {store} overlaps the output {cfg.output}: a store is "
                       "shared by builds, so keep it outside every build's output")
+    elif held := holder_of(store):
+        errors.append(f"extraction.store {store} lies in {held}, which swe checksums, lists or "
+                      "cleans (a build's rerun clears its work folder): keep the store outside")
 
 
 def enabled(cfg: BuildConfig) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from swe import storage
+from swe.artifacts import holder_of
 from swe.build.markers import StageDir
 from swe.build.outputs import train_dev_urls
 from swe.build.stage import LogPhrases, Section, StageResult
@@ -176,10 +177,13 @@ def _check_storage(url: str, output: str, errors: list[str]) -> None:
     except ValueError as e:
         errors.append(str(e))
         return
-    if output and storage.overlaps(url, output) and not storage.within(
-            url, storage.join(output, "work", NAME)):
+    own = bool(output) and storage.within(url, storage.join(output, "work", NAME))
+    if output and storage.overlaps(url, output) and not own:
         errors.append(f"refine.storage {url} overlaps the output {output}: name a folder "
                       "outside it (or leave it '' for <output>/work/refine/runs)")
+    elif not own and (held := holder_of(url)):
+        errors.append(f"refine.storage {url} lies in {held}, which swe checksums, lists or "
+                      "cleans (a build's rerun clears its work folder): name a folder outside")
 
 
 def enabled(cfg: BuildConfig) -> bool:

@@ -1,0 +1,127 @@
+"""The tenth hostile round (issue 42): a build's ``work/`` folder itself replaced by
+``encode --overwrite``, a build or a teacher store or Ray Train runs put inside another build's
+``work/`` (which that build's rerun clears), and model files rewritten in place, through every
+hard link to them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from swe.build import ConfigError, load_config
+from swe.cli import main
+from swe.model import StaticModel
+
+
+def _model(path: Path) -> Path:
+    StaticModel.from_vectors(["the", "cat", "sat", "dog"], np.eye(4, dtype=np.float32)).save(
+        str(path))
+    return path
+
+
+def _build(path: Path) -> Path:
+    """A folder that reads as a swe build: its work folder has a corpus stage."""
+    (path / "work" / "corpus").mkdir(parents=True)
+    (path / "work" / "corpus" / "shard-0.txt").write_text("kept\n")
+    (path / "work" / "pca").mkdir()
+    return path
+
+
+def _refused(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("target", ["b/work", "b/work/.", "link/.", "b//work/"])
+def test_encode_overwrite_never_replaces_a_builds_work_folder(tmp_path, capsys, target):
+    build = _build(tmp_path / "b")
+    (tmp_path / "link").symlink_to(build / "work")
+    (tmp_path / "in.txt").write_text("the cat\n")
+    err = _refused(capsys, ["encode", "--model", str(_model(tmp_path / "m")), "--input",
+                            str(tmp_path / "in.txt"), "--output", f"{tmp_path}/{target}",
+                            "--overwrite"])
+    assert f"lies in the work folder of the swe build {build}" in err
+    assert (build / "work" / "corpus" / "shard-0.txt").read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("where", ["b/work/pca/inner", "b/work", "b/work/new"])
+def test_a_build_inside_another_builds_work_folder_is_refused(tmp_path, where):
+    build = _build(tmp_path / "b")
+    with pytest.raises(ConfigError, match=f"lies in the work folder of the swe build {build}"):
+        load_config("quickstart", [], output=str(tmp_path / where))
+    assert not (tmp_path / where).exists() or where == "b/work"
+
+
+def test_a_build_beside_another_builds_work_folder_is_still_allowed(tmp_path):
+    _build(tmp_path / "b")
+    load_config("quickstart", [], output=str(tmp_path / "b" / "other"))
+    load_config("quickstart", [], output=str(tmp_path / "b"))  # the build itself: a rerun
+
+
+@pytest.mark.parametrize("key, value", [
+    ("extraction.store", "b/work/extraction/store"),
+    ("extraction.store", "b/work/pca/store"),
+    ("refine.storage", "b/work/pca/rs"),
+    ("refine.storage", "b/work/refine/runs")])
+def test_a_store_or_train_runs_inside_another_builds_work_folder_are_refused(
+        tmp_path, key, value):
+    build = _build(tmp_path / "b")
+    extra = ["refine.objective='distill'"] if key.startswith("refine") else []
+    with pytest.raises(ConfigError, match=rf"{key} \S+ lies in the work folder of the swe build "
+                                          f"{build}"):
+        load_config("quickstart", [*extra, f"{key}='{tmp_path / value}'"],
+                    output=str(tmp_path / "out"))
+
+
+def test_a_builds_own_refine_runs_folder_is_still_allowed(tmp_path):
+    out = _build(tmp_path / "b")
+    cfg = load_config("quickstart", ["refine.objective='distill'",
+                                     f"refine.storage='{out / 'work/refine/shared'}'"],
+                      output=str(out))
+    assert cfg.refine.storage.endswith("work/refine/shared")
+
+
+def test_a_report_file_in_a_builds_work_folder_is_refused(tmp_path, capsys):
+    build = _build(tmp_path / "b")
+    err = _refused(capsys, ["evaluate", "--model", str(_model(tmp_path / "m")), "--tasks",
+                            "stsb-dev", "--json", str(build / "work" / "pca" / "res.json")])
+    assert f"lies in the work folder of the swe build {build}" in err
+    assert not (build / "work" / "pca" / "res.json").exists()
+
+
+def test_saving_over_a_model_leaves_a_hard_linked_copy_as_it_was(tmp_path):
+    """``cp -al`` snapshots (rsnapshot, Time Machine style) share the files' inodes: a save
+    writes new files and renames them into place, never through the old ones."""
+    model = _model(tmp_path / "m")
+    copy = tmp_path / "snapshot"
+    copy.mkdir()
+    for f in model.iterdir():
+        os.link(f, copy / f.name)
+    before = {f.name: f.read_bytes() for f in copy.iterdir()}
+    StaticModel.load(str(model)).save(str(model), dtype="float16")
+    assert {f.name: f.read_bytes() for f in copy.iterdir()} == before
+    assert StaticModel.load(str(copy)).words == ["the", "cat", "sat", "dog"]
+    assert (model / "model.safetensors").stat().st_size < len(before["model.safetensors"])
+
+
+def test_reseal_leaves_a_hard_linked_copy_as_it_was(tmp_path, capsys):
+    model = _model(tmp_path / "m")
+    copy = tmp_path / "snapshot"
+    copy.mkdir()
+    for f in model.iterdir():
+        os.link(f, copy / f.name)
+    config = (copy / "config.json").read_bytes()
+    vocab = model / "vocab.txt"
+    words = vocab.read_text().replace("dog", "cow")
+    vocab.unlink()  # an edit that replaces the file (as editors do), not one through the link
+    vocab.write_text(words)
+    assert main(["reseal", str(model)]) == 0
+    assert (copy / "config.json").read_bytes() == config
+    assert "dog" in StaticModel.load(str(copy)).words
+    assert "cow" in StaticModel.load(str(model)).words
+    assert not [f for f in model.iterdir() if ".tmp-" in f.name]
