@@ -57,13 +57,18 @@ def glove():
 
 def pytest_collection_modifyitems(config, items):
     """Tests that start their own Ray cluster (``own_ray_cluster``) run first, before the
-    session's in-process Ray exists. The ``cluster`` fixture stops this process's session Ray
-    if one runs (and starts it again after), so the order is a speed-up, not a condition.
+    session's in-process Ray exists, then the modules marked ``slow`` (end to end: builds, Ray
+    Train runs, benchmarks), then the rest; a module's tests stay together, so its fixtures are
+    made once. The ``cluster`` fixture stops this process's session Ray if one runs (and starts
+    it again after), so the order is a speed-up, not a condition.
 
-    Under pytest-xdist (``-n 2``, the README's command) each worker is its own session, with its
-    own session Ray: the tests find their own processes by ancestry (``tests/procs.py``), never
-    the other worker's. The 2 cores are busy throughout either way (docs/limits.md)."""
-    items.sort(key=lambda item: item.get_closest_marker("own_ray_cluster") is None)
+    Under pytest-xdist (``-n 2 --dist worksteal``, the README's command) each worker is its own
+    session, with its own session Ray: the tests find their own processes by ancestry
+    (``tests/procs.py``), never the other worker's. Work stealing hands a worker that runs out
+    half of the other's remaining tests from the end of its queue, where the quick ones are, so
+    the two workers end within about one test of each other (docs/limits.md)."""
+    items.sort(key=lambda item: (item.get_closest_marker("own_ray_cluster") is None,
+                                 item.get_closest_marker("slow") is None))
 
 
 def _free_port() -> int:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 
 
 def _load(path: Path):

@@ -15,7 +15,7 @@ import pytest
 from swe import StaticModel
 from swe.bulk import EncodeOptions, encode_files, read_manifest, read_output
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from test_bulk import small_glove
 from swe import storage
 from swe.bulk import EncodeOptions, encode_files, read_manifest, read_output
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ from test_bulk import small_glove
 from swe import StaticModel
 from swe.bulk import read_manifest, read_output
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 FILES, ROWS, PART = 4, 12_000, 2_400  # 20 parts of 2,400 rows
 
@@ -64,7 +66,6 @@ def corpus(data_dir, tmp_path_factory) -> Path:
     return src
 
 
-@pytest.mark.slow
 def test_killed_driver_resumes(ray_session, glove, corpus, tmp_path):
     model, out = str(tmp_path / "glove"), tmp_path / "out"
     small_glove(glove).save(model)

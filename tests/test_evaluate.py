@@ -6,6 +6,8 @@ import pytest
 
 import swe.eval as ev
 
+pytestmark = pytest.mark.slow
+
 
 def test_spearman_with_ties_by_hand():
     # x ranks: 1, 2.5, 2.5, 4; y ranks: 1, 2, 3, 4 -> Pearson of ranks

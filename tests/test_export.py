@@ -9,6 +9,8 @@ import pytest
 from swe.export import ExportError, export
 from swe.model import StaticModel
 
+pytestmark = pytest.mark.slow
+
 SENTENCES = [
     "a man is playing a guitar",
     "the children sat on the floor",

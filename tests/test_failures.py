@@ -27,6 +27,8 @@ from procs import kill_session as _kill_session
 from swe import StaticModel
 from swe.build import ConfigError, build, load_config
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = "pipelines/configs/quickstart.toml"
 SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=2", "selection.n=4",

@@ -23,7 +23,7 @@ from swe import StaticClassifier, StaticModel
 from swe.eval.classification import load_task
 from swe.finetune import finetune
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 OPTIONS = {"epochs": 3, "eval_every": 20, "patience": 2}
 
 

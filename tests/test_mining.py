@@ -6,6 +6,8 @@ import pytest
 
 from swe.eval import mining
 
+pytestmark = pytest.mark.slow
+
 
 def test_margin_candidates_by_hand():
     x = np.array([[1.0, 0.0], [0.0, 1.0]])

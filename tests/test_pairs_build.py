@@ -15,7 +15,7 @@ import pytest
 from swe import StaticModel, storage
 from swe.build import build, load_config
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=6",

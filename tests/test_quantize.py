@@ -22,6 +22,8 @@ from swe.model import StaticModel, dequantize_int8, quantize_int8
 from swe.modelfiles import ModelFileError, ModelFolder, sealed
 from swe.text import is_punctuation
 
+pytestmark = pytest.mark.slow
+
 SCHEMES = [("float32", "row"), ("float16", "row"), ("int8", "row"), ("int8", "global")]
 # Bytes per matrix entry, and the bytes of the scales per row (row) or in all (global).
 ENTRY = {"float32": 4, "float16": 2, "int8": 1}

@@ -18,7 +18,7 @@ from procs import own_ray_pids
 from swe import StaticModel, storage
 from swe.build import build, load_config
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 
 SMALL = ["vocab.size=150", "vocab.min_count=3", "vocab.partitions=3", "selection.n=6",
          "selection.candidates=40", "pca.sample=200", "pca.dim=64", "corpus.en.max_lines=2400",
@@ -100,50 +100,12 @@ def test_selected_sentences_are_labelled_by_the_extraction_pass(prepared, minilm
         assert StaticModel.load(out / step).oov == "prefix"
 
 
-def test_killed_train_worker_resumes_from_checkpoint(tmp_path, corpus, prepared):
-    """With the hybrid loss and the linear schedule on: the projection and its Adam moments
-    are checkpointed and restored with the words."""
-    from safetensors import safe_open
-
-    out = tmp_path / "killed"
-    shutil.copytree(prepared[0], out)
-    cfg = _cfg(out, corpus, [*SELECTED, "refine.max_steps=25", "refine.patience=1000",
-                             "refine.max_failures=2", "refine.teacher_weight=1.0",
-                             "refine.lr_schedule='linear'"])
-    killed: list[int] = []
-
-    def kill_after_first_checkpoint():
-        runs = out / "work/refine/runs"
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            # the controller's snapshot is written once a checkpoint is registered
-            workers = own_ray_pids(b"ray::RayTrainWorker")
-            if _snapshot_names_a_checkpoint(runs) and workers:
-                for pid in workers:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                return
-            time.sleep(0.1)
-
-    killer = threading.Thread(target=kill_after_first_checkpoint)
-    killer.start()
-    report = build(cfg)
-    killer.join()
-    assert len(killed) == 1, "the Train worker was not found and killed mid-run"
-    r = report["refine"]
-    assert r.steps == 25 and len(r.resumed_at) == 1 and 0 < r.resumed_at[0] < 25
-    steps = [e["step"] for e in _history(out)["history"]]
-    assert steps == list(range(5, 26, 5))  # continued from the checkpoint: no step repeated
-    last = sorted((out / "work/refine/runs").glob("*/checkpoint_*/state.safetensors"))[-1]
-    with safe_open(str(last), "pt") as f:
-        assert {"proj", "proj.exp_avg", "proj.exp_avg_sq"} <= set(f.keys())
-        assert tuple(f.get_tensor("proj").shape) == (64, 384)  # pca.dim -> MiniLM's dimension
-
-
-def _snapshot_names_a_checkpoint(runs) -> bool:
-    """Whether a run's Ray Train snapshot names a checkpoint: it is written in place, not
-    renamed into place, so its file exists before its contents do."""
+def _snapshot_names_a_checkpoint(runs, skip=frozenset()) -> bool:
+    """Whether a run's Ray Train snapshot names a checkpoint (runs named in ``skip`` aside): it
+    is written in place, not renamed into place, so its file exists before its contents do."""
     for snapshot in runs.glob("*/checkpoint_manager_snapshot.json"):
+        if snapshot.parent.name in skip:
+            continue
         try:
             if json.loads(snapshot.read_text()).get("checkpoint_results"):
                 return True
@@ -152,20 +114,40 @@ def _snapshot_names_a_checkpoint(runs) -> bool:
     return False
 
 
-def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_runs(
+def _kill_train_worker_after_checkpoint(runs, skip, killed: list[int]) -> None:
+    """SIGKILL this session's Ray Train worker once a run not in ``skip`` has a checkpoint."""
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        workers = own_ray_pids(b"ray::RayTrainWorker")
+        if _snapshot_names_a_checkpoint(runs, skip) and workers:
+            for pid in workers:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            return
+        time.sleep(0.1)
+
+
+def test_a_killed_driver_and_a_killed_train_worker_resume_and_a_changed_config_clears_old_runs(
         tmp_path, corpus, caplog, prepared):
-    """Issue 14: SIGKILL the driver (joined to the session's Ray, as under ``ray job submit``:
-    Ray ends its job, Train controller and workers) once refine has a checkpoint; the
-    rerun (in this process) resumes from it (no step repeated). A killed run's checkpoints,
-    then a changed refine config: they are removed, and the log says so."""
+    """Issue 14, one refine folder throughout (each Ray Train run costs tens of seconds):
+
+    1. SIGKILL the driver (joined to the session's Ray, as under ``ray job submit``: Ray ends its
+       job, Train controller and workers) once refine has a checkpoint; the rerun (in this
+       process) resumes from it, no step repeated.
+    2. That run's marker gone, a rerun with another refine config (the hybrid loss and the
+       linear schedule on): the earlier run's checkpoints are removed and the log says so.
+       Its Train worker is killed after its first checkpoint: the run resumes from it, and the
+       projection and its Adam moments are checkpointed and restored with the words."""
     import subprocess
     import sys
     from pathlib import Path
 
     from procs import joined_env, kill_session
+    from safetensors import safe_open
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "refine-kill"
+    runs = out / "work/refine/runs"
     shutil.copytree(prepared[0], out)  # the driver is killed inside refine
     base = [*SMALL, *SELECTED, f"corpus.en.paths=['{corpus}']", "refine.objective='distill'",
             "refine.max_steps=25", "refine.patience=1000"]
@@ -186,14 +168,14 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
         try:
             deadline = time.time() + 400
             # the controller's snapshot is written once a checkpoint is registered
-            while not _snapshot_names_a_checkpoint(out / "work/refine/runs"):
+            while not _snapshot_names_a_checkpoint(runs):
                 assert proc.poll() is None, log.read_text()[-3000:]
                 assert time.time() < deadline, "no refine checkpoint appeared"
                 time.sleep(0.1)
         finally:
             kill_session(proc.pid)
         assert not (out / "work/refine/_DONE.json").exists()
-        return {p.name for p in (out / "work/refine/runs").glob("refine-*")}
+        return {p.name for p in runs.glob("refine-*")}
 
     first_runs = kill_after_checkpoint([], "run1.log")
     # The rerun, in this process on the session's Ray (no second local Ray to start): the same
@@ -203,16 +185,30 @@ def test_driver_killed_inside_refine_resumes_and_a_changed_config_clears_old_run
     assert len(h["resumed_at"]) == 1 and h["resumed_at"][0] > 0
     steps = [e["step"] for e in h["history"]]
     assert steps == list(range(5, 26, 5))  # continued from the checkpoint: no step repeated
-    # A run killed after its checkpoints (its marker gone) and a rerun with another refine
-    # config: the killed run's checkpoints go, and the log says so.
+
     (out / "work/refine/_DONE.json").unlink()
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_train_worker_after_checkpoint,
+                              args=(runs, first_runs, killed))
+    killer.start()
     with caplog.at_level(logging.WARNING, logger="swe.build"):
-        build(_cfg(out, corpus, [*SELECTED, "refine.max_steps=10", "refine.patience=1000",
-                                 "refine.lr=0.002"]))
-    left = {p.name for p in (out / "work/refine/runs").glob("refine-*")}
+        report = build(_cfg(out, corpus, [
+            *SELECTED, "refine.max_steps=25", "refine.patience=1000", "refine.max_failures=2",
+            "refine.teacher_weight=1.0", "refine.lr_schedule='linear'"]))
+    killer.join()
+    left = {p.name for p in runs.glob("refine-*")}
     assert len(left) == 1 and not left & first_runs
     assert any("removing the checkpoints of an earlier refine run" in r.getMessage()
                for r in caplog.records)
+    assert len(killed) == 1, "the Train worker was not found and killed mid-run"
+    r = report["refine"]
+    assert r.steps == 25 and len(r.resumed_at) == 1 and 0 < r.resumed_at[0] < 25
+    steps = [e["step"] for e in _history(out)["history"]]
+    assert steps == list(range(5, 26, 5))  # continued from the checkpoint: no step repeated
+    last = sorted(runs.glob("*/checkpoint_*/state.safetensors"))[-1]
+    with safe_open(str(last), "pt") as f:
+        assert {"proj", "proj.exp_avg", "proj.exp_avg_sq"} <= set(f.keys())
+        assert tuple(f.get_tensor("proj").shape) == (64, 384)  # pca.dim -> MiniLM's dimension
 
 
 def test_refine_hash_names_the_optimizer_and_keeps_the_dense_runs_hash(tmp_path):

@@ -19,6 +19,8 @@ from swe.build.config import ConfigError
 from swe.build.teacher import Teacher
 from swe.build.teacher.runtime import TeacherRuntimeError, load_model_bytes, prepare
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

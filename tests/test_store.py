@@ -22,7 +22,7 @@ from swe.build import build, load_config
 from swe.build.config import ConfigError
 from swe.build.teacher.store import StoreError, descriptor, list_store, open_namespace, prune
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 
 
