@@ -94,7 +94,7 @@ def test_selected_sentences_are_labelled_by_the_extraction_pass(prepared, minilm
     assert len({r["src"] for r in rows}) == len(rows) == n - 50
     sample = rows[:: max(1, len(rows) // 40)]
     int8 = load_model_bytes(prepare(str(minilm), "onnx-int8"))  # the quickstart's runtime
-    want = Teacher(str(minilm), onnx=int8).embed([r["src"] for r in sample])
+    want = Teacher(str(minilm), threads=1, onnx=int8).embed([r["src"] for r in sample])
     np.testing.assert_allclose([r["teacher"] for r in sample], want, atol=2e-5)
     for step in ("step1", "step2", "model"):
         assert StaticModel.load(out / step).oov == "prefix"
