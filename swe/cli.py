@@ -153,7 +153,7 @@ def _reseal_checked(model: str, ensemble: bool) -> tuple[int | None, list[str]]:
         (EnsembleModel if ensemble else StaticModel).load(model)  # what was sealed must load
     except Exception:
         for url, data in before.items():
-            storage.write_bytes(url, data)
+            storage.write_bytes_atomic(url, data)
         raise
     return members, names
 

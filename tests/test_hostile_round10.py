@@ -125,3 +125,25 @@ def test_reseal_leaves_a_hard_linked_copy_as_it_was(tmp_path, capsys):
     assert "dog" in StaticModel.load(str(copy)).words
     assert "cow" in StaticModel.load(str(model)).words
     assert not [f for f in model.iterdir() if ".tmp-" in f.name]
+
+
+def test_a_build_rewrites_a_models_card_without_touching_a_hard_linked_copy(tmp_path):
+    """Round 11: the card (README.md) was still written in place."""
+    from swe.build.card import add_scores, write_card
+
+    model = _model(tmp_path / "model")
+    cfg = load_config("quickstart", [], output=str(tmp_path))
+    write_card(str(model), "model", cfg)
+    copy = tmp_path / "snapshot"
+    copy.mkdir()
+    for f in model.iterdir():
+        os.link(f, copy / f.name)
+    card = (copy / "README.md").read_text()
+    add_scores(str(model), ["a new score"])
+    assert "a new score" in (model / "README.md").read_text()
+    assert (copy / "README.md").read_text() == card
+    (copy / "README.md").unlink()
+    os.link(model / "README.md", copy / "README.md")
+    write_card(str(model), "model", cfg)
+    assert "a new score" in (copy / "README.md").read_text()
+    assert "a new score" not in (model / "README.md").read_text()

@@ -111,8 +111,8 @@ def add_scores(model_dir: str, lines: list[str]) -> str:
     if not sep:
         raise ValueError(f"{url} has no 'Speed and quality' section: rebuild or rewrite it")
     _, nxt, tail = rest.partition("\n## ")
-    storage.write_bytes(url, (head + sep + "\n" + "\n".join(lines) + "\n" + nxt +
-                              tail).encode("utf-8"))
+    storage.write_bytes_atomic(url, (head + sep + "\n" + "\n".join(lines) + "\n" + nxt +
+                                     tail).encode("utf-8"))
     return url
 
 
@@ -183,7 +183,7 @@ def write_card(model_dir: str, step: str, cfg: BuildConfig,
                        language_facts(cfg.output))
     url = storage.join(model_dir, CARD)
     head, sep, tail = text.partition("## Build config")
-    storage.write_bytes(url, (head.replace("DIR", model_dir) + sep + tail).encode("utf-8"))
+    storage.write_bytes_atomic(url, (head.replace("DIR", model_dir) + sep + tail).encode("utf-8"))
     return url
 
 

@@ -237,8 +237,8 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
                         [ctx.path("step3"), ctx.path("model")]))
     ctx.write_cards()
     curves = ctx.path("refinement")
-    storage.write_bytes(storage.join(curves, "history.json"),
-                        json.dumps(state, indent=1).encode())
+    storage.write_bytes_atomic(storage.join(curves, "history.json"),
+                               json.dumps(state, indent=1).encode())
     plot_history(state, storage.join(curves, "loss.png"))
     return Result(steps=state["step"], best_step=state["best_step"],
                   best_dev_loss=round(state["best_loss"], 5),
@@ -367,4 +367,4 @@ def plot_history(state: dict, url: str) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    storage.write_bytes(url, buf.getvalue())
+    storage.write_bytes_atomic(url, buf.getvalue())
