@@ -147,3 +147,42 @@ def test_a_build_rewrites_a_models_card_without_touching_a_hard_linked_copy(tmp_
     write_card(str(model), "model", cfg)
     assert "a new score" in (copy / "README.md").read_text()
     assert "a new score" not in (model / "README.md").read_text()
+
+
+def _finetune(tmp_path: Path, output: Path, model: Path | None = None) -> None:
+    from swe.finetune.job import finetune
+
+    (tmp_path / "d.csv").write_text("text,label\nthe cat,x\nsat dog,y\n")
+    finetune(str(model or _model(tmp_path / "m")), str(tmp_path / "d.csv"), str(output))
+
+
+def test_finetune_never_deletes_a_user_file_in_its_outputs_work_runs(tmp_path):
+    """Round 11: a rerun removed every entry of work/runs/ that was not its own run, user files
+    included, and through a link, a whole folder elsewhere."""
+    (tmp_path / "out" / "work" / "runs").mkdir(parents=True)
+    (tmp_path / "out" / "work" / "runs" / "precious.txt").write_text("kept")
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "important.txt").write_text("kept")
+    (tmp_path / "linked" / "work").mkdir(parents=True)
+    (tmp_path / "linked" / "work" / "runs").symlink_to(tmp_path / "user")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "runs").mkdir()
+    (tmp_path / "linked-work").mkdir()
+    (tmp_path / "linked-work" / "work").symlink_to(tmp_path / "outside")
+    for output in ("out", "linked", "linked-work"):
+        with pytest.raises(FileExistsError, match="holds a work/ folder that is not a killed "
+                                                  "swe finetune run's"):
+            _finetune(tmp_path, tmp_path / output)
+    assert (tmp_path / "out" / "work" / "runs" / "precious.txt").read_text() == "kept"
+    assert (tmp_path / "user" / "important.txt").read_text() == "kept"
+    assert (tmp_path / "outside" / "runs").is_dir()
+
+
+def test_finetune_still_resumes_into_a_killed_runs_work_folder(tmp_path):
+    """What a killed run leaves passes the output check (the missing model is the next one)."""
+    run = tmp_path / "out" / "work" / "runs" / "finetune-0123456789ab"
+    run.mkdir(parents=True)
+    (run / "checkpoint_manager_snapshot.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="no such"):
+        _finetune(tmp_path, tmp_path / "out", model=tmp_path / "missing")
+    assert run.is_dir()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -87,11 +89,28 @@ def _check_output(job: FinetuneJob) -> None:
         if not fs.isdir(path) or names - {"work"}:
             raise FileExistsError(f"--output {job.output} exists and holds more than a killed "
                                   "run's work/ folder; name a new folder")
-        work = {n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(f"{path}/work")} if names else set()
-        if work - {"runs"}:  # a build's work/ (corpus/, vocab/, ...) is not ours
+        if names and not _killed_runs_only(fs, f"{path}/work", storage.is_local(job.output)):
             raise FileExistsError(f"--output {job.output} holds a work/ folder that is not a "
                                   "killed swe finetune run's (it would be deleted); name a new "
                                   "folder")
+
+
+def _killed_runs_only(fs: Any, work: str, local: bool) -> bool:
+    """Whether ``work`` is what a killed run leaves: a folder (not a link, which the cleanup
+    would delete through) holding only ``runs/``, itself holding only run folders."""
+    def folder(url: str) -> bool:
+        return fs.isdir(url) and not (local and os.path.islink(url))
+
+    def children(url: str) -> dict[str, str]:
+        return {n.rstrip("/").rsplit("/", 1)[-1]: n for n in fs.ls(url)}
+
+    if not folder(work) or set(children(work)) - {"runs"}:
+        return False
+    runs = f"{work}/runs"
+    if not fs.exists(runs):
+        return True
+    return folder(runs) and all(_RUN.fullmatch(name) and folder(full)
+                                for name, full in children(runs).items())
 
 
 def _inspect(path: str, text_column: str, label_column: str, share: float = 0.0,
@@ -117,6 +136,9 @@ def _check_share(job: FinetuneJob, facts: dict) -> None:
     raise ValueError(f"--dev-share {job.dev_share} of the {rows} rows of {job.data} holds {which}"
                      f" (the rows are drawn by a hash of their text and --seed): give a --dev "
                      "file, another --dev-share, or more rows")
+
+
+_RUN = re.compile(r"finetune-[0-9a-f]{12}")  # a run folder's name (_run_name)
 
 
 def _run_name(job: FinetuneJob) -> str:
