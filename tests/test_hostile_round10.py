@@ -186,3 +186,27 @@ def test_finetune_still_resumes_into_a_killed_runs_work_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such"):
         _finetune(tmp_path, tmp_path / "out", model=tmp_path / "missing")
     assert run.is_dir()
+
+
+def test_refine_storage_that_is_an_encode_output_or_a_model_is_refused(tmp_path):
+    """Round 11: a folder inside them was refused, the folder itself was not."""
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / "_manifest.json").write_text('{"format": "swe-encode"}')
+    _model(tmp_path / "m")
+    for folder, kind in (("enc", "swe encode output"), ("m", "saved model")):
+        with pytest.raises(ConfigError, match=rf"refine.storage \S+ lies in the {kind}"):
+            load_config("quickstart", ["refine.objective='distill'",
+                                       f"refine.storage='{tmp_path / folder}'"],
+                        output=str(tmp_path / "out"))
+
+
+def test_distilling_drawn_sentences_that_no_word_can_have_is_refused_at_validation(tmp_path):
+    """Round 11: selection.n = 4 < refine.min_sentences = 5 left train_data empty, and the
+    build ended on a bare path. Now validation says so."""
+    with pytest.raises(ConfigError, match=r"refine.min_sentences = 5 > selection.n = 4: no word "
+                                          r"has that many selected sentences"):
+        load_config("quickstart", ["refine.objective='distill'", "selection.n=4"],
+                    output=str(tmp_path / "out"))
+    load_config("quickstart", ["refine.objective='distill'", "selection.n=4",
+                               "refine.min_sentences=3", "refine.train_per_word=2"],
+                output=str(tmp_path / "out"))

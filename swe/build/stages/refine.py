@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from swe import storage
-from swe.artifacts import holder_of
+from swe.artifacts import MANAGED, holder_of, swe_folder_around
 from swe.build.markers import StageDir
 from swe.build.outputs import train_dev_urls
 from swe.build.stage import LogPhrases, Section, StageResult
@@ -118,7 +118,7 @@ SECTION = Section("refine", RefineConfig)
 
 #: The other stages' config sections this stage reads (its contract; tests/test_layout.py
 #: checks the source names no other).
-READS: tuple[str, ...] = ("extraction", "pairs", "pca")
+READS: tuple[str, ...] = ("extraction", "pairs", "pca", "selection")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +164,11 @@ def validate(cfg: BuildConfig, errors: list[str], check_paths: bool) -> None:
                       f"= {r.workers}: each worker takes an equal share of every batch")
     if r.storage:
         _check_storage(r.storage, cfg.output, errors)
+    if r.objective == "distill" and r.sentences == "drawn" and cfg.selection.n < r.min_sentences:
+        errors.append(f"refine.min_sentences = {r.min_sentences} > selection.n = "
+                      f"{cfg.selection.n}: no word has that many selected sentences, so "
+                      "distillation would have no data; lower refine.min_sentences (and "
+                      "train_per_word + dev_per_word) or raise selection.n")
     if r.min_sentences < r.train_per_word + r.dev_per_word:
         errors.append(f"refine.min_sentences = {r.min_sentences} < train_per_word + "
                       f"dev_per_word = {r.train_per_word + r.dev_per_word}")
@@ -181,7 +186,7 @@ def _check_storage(url: str, output: str, errors: list[str]) -> None:
     if output and storage.overlaps(url, output) and not own:
         errors.append(f"refine.storage {url} overlaps the output {output}: name a folder "
                       "outside it (or leave it '' for <output>/work/refine/runs)")
-    elif not own and (held := holder_of(url)):
+    elif not own and (held := swe_folder_around(url, MANAGED) or holder_of(url)):
         errors.append(f"refine.storage {url} lies in {held}, which swe checksums, lists or "
                       "cleans (a build's rerun clears its work folder): name a folder outside")
 

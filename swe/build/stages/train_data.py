@@ -209,7 +209,8 @@ def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Res
     if n_train < r.batch_size or n_dev < 2:
         raise ValueError(f"only {n_train} training / {n_dev} validation rows for "
                          f"refine.batch_size = {r.batch_size}: use more corpus or pairs, or "
-                         "lower refine.min_sentences / batch_size")
+                         "lower refine.min_sentences (a word needs that many selected "
+                         "sentences) / batch_size")
     return Result(train_rows=n_train, dev_rows=n_dev, **extra)
 
 
@@ -222,6 +223,8 @@ def _write(ctx: BuildContext, ds: Any, split: str) -> int:
         ds = _with_teacher(ctx, ds)
     fs, path = storage.pyarrow_filesystem(url)
     ds.write_parquet(path, filesystem=fs, min_rows_per_file=50_000)
+    if not storage.child_names(url):  # an empty split writes no file (the caller says why)
+        return 0
     return pds.dataset(path, filesystem=fs, format="parquet").count_rows()  # footers only
 
 
