@@ -15,12 +15,6 @@ from swe.eval.data import data_root
 
 for _key, _value in WARM_WORKERS.items():  # before any Ray starts (tests/procs.py says why)
     os.environ.setdefault(_key, _value)
-# One OpenMP thread per process, before torch is imported: here, and so in the subprocess drivers
-# and Ray workers the tests start. Two xdist workers and their Ray processes share two cores, and
-# an in-process teacher's two OpenMP threads spin-waited for a core another process held:
-# test_mining's BUCC task took 66 CPU-s and 176 s beside other work with two threads, 21 CPU-s
-# and 44 s with one (docs/limits.md). Ray's own workers already get one thread per CPU asked.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_root()

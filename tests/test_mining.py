@@ -84,7 +84,9 @@ def test_bucc_recovers_hidden_pairs_on_real_data(data_dir, minilm):
     from swe.eval.encoders import TeacherEncoder
     from swe.eval.retrieval import read_tatoeba
 
-    teacher = _Memo(TeacherEncoder(str(minilm)))
+    # One torch thread: beside the other xdist worker, a second one spin-waited for a core
+    # (66 CPU-s and 176 s against 21 CPU-s and 44 s with one, docs/limits.md).
+    teacher = _Memo(TeacherEncoder(str(minilm), threads=1))
 
     _, en = read_tatoeba("deu", data_dir / "eval/tatoeba_v1")
     en = en[:300]
