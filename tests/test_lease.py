@@ -19,8 +19,11 @@ from swe.lease import LEASE_FILE, Lease, LeaseHeldError, LeaseLostError
 
 
 def _write(out, **fields):
+    """Another holder's lease file, written as swe writes one (a new file renamed into place):
+    written in place, the heartbeat thread could read it half-written, as "unreadable"."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / LEASE_FILE).write_text(json.dumps(fields))
+    (out / "lease.tmp").write_text(json.dumps(fields))
+    os.replace(out / "lease.tmp", out / LEASE_FILE)
 
 
 def test_second_holder_stops_at_once_naming_the_first(tmp_path):
