@@ -210,3 +210,29 @@ def test_distilling_drawn_sentences_that_no_word_can_have_is_refused_at_validati
     load_config("quickstart", ["refine.objective='distill'", "selection.n=4",
                                "refine.min_sentences=3", "refine.train_per_word=2"],
                 output=str(tmp_path / "out"))
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_encode_never_deletes_a_swe_folder_or_a_user_file_kept_in_its_output(tmp_path, capsys):
+    """Round 12: a rerun removed every entry named ``v-*`` (a user's file, a saved model), and
+    ``--overwrite`` onto an encode output removed a saved model kept inside it."""
+    import shutil
+
+    model = _model(tmp_path / "m")
+    (tmp_path / "in.txt").write_text("the cat\nsat dog\n")
+    out = tmp_path / "enc"
+    args = ["encode", "--model", str(model), "--input", str(tmp_path / "in.txt"), "--output",
+            str(out)]
+    assert main(args) == 0
+    (out / "v-notes").mkdir()
+    (out / "v-notes" / "keep.txt").write_text("keep")
+    (out / "v-mine.txt").write_text("keep")
+    assert main([*args, "--dtype", "float16"]) == 0  # a changed option: a new run, published
+    assert (out / "v-notes" / "keep.txt").read_text() == "keep"
+    assert (out / "v-mine.txt").read_text() == "keep"
+    capsys.readouterr()
+    shutil.copytree(model, out / "sub" / "mymodel")
+    for extra in ([], ["--overwrite"]):
+        err = _refused(capsys, [*args, "--dtype", "int8", *extra])
+        assert f"is or holds the saved model {out / 'sub' / 'mymodel'}" in err
+    assert StaticModel.load(str(out / "sub" / "mymodel")).words == ["the", "cat", "sat", "dog"]

@@ -77,6 +77,27 @@ def _ours(output: str, entries: list[tuple[str, str]]) -> bool:
     return bool(entries)
 
 
+def _run_dir(output: str, name: str, kind: str) -> bool:
+    """Whether entry ``name`` of ``output`` is a run folder of this job (it holds ``_run.json``)."""
+    fs, path = storage.filesystem(output)
+    return kind == "directory" and name.startswith(RUN_PREFIX) and fs.exists(
+        f"{path}/{name}/_run.json")
+
+
+def _held(output: str, entries: list[tuple[str, str]]) -> str:
+    """The swe folder other than an encode output that ``output`` is, or that one of its entries
+    other than this job's own is or holds (a saved model kept inside an encode output); ``""``."""
+    held = swe_folder_at_or_in(output, own="the swe encode output")
+    if held or read_manifest(output) is None:
+        return held  # not an encode output: the walk above went through all of it
+    for name, kind in entries:
+        if kind == "directory" and not _run_dir(output, name, kind):
+            held = swe_folder_at_or_in(storage.join(output, name))
+            if held:
+                return held
+    return ""
+
+
 def check_target(output: str, model: str, patterns: list[str], files: list[str],
                  overwrite: bool) -> None:
     """Refuse, before any work, an output that is or holds the model or an input, or lies
@@ -89,12 +110,12 @@ def check_target(output: str, model: str, patterns: list[str], files: list[str],
                              "replace it; choose an output path outside the model and inputs")
     refuse_inside(output)
     entries = _entries(output)
-    if not entries or _ours(output, entries):
-        return
-    held = swe_folder_at_or_in(output, own="the swe encode output")
+    held = _held(output, entries or [])
     if held:
         raise FileExistsError(f"--output {output} is or holds {held}; swe encode never replaces "
                               "one, even with --overwrite: choose another path")
+    if not entries or _ours(output, entries):
+        return
     if not overwrite:
         kind = "a file" if entries == [("", "file")] else "a folder that is not an encode output"
         raise FileExistsError(f"--output {output} is {kind} (no {MANIFEST}); refusing to "
@@ -134,8 +155,8 @@ def publish(output: str, run: str, manifest: dict, overwrite: bool = False) -> N
     storage.write_bytes_atomic(storage.join(output, MANIFEST),
                                json.dumps(manifest, indent=1).encode())
     fs, path = storage.filesystem(output)
-    for name, _ in _entries(output) or []:
-        ours = name.startswith((RUN_PREFIX, MANIFEST + ".tmp-"))
+    for name, kind in _entries(output) or []:
+        ours = name.startswith(MANIFEST + ".tmp-") or _run_dir(output, name, kind)
         if name in (MANIFEST, RUN_PREFIX + run) or name.startswith(LEASE_FILE) or not (
                 ours or overwrite):
             continue
