@@ -178,11 +178,40 @@ def test_finetune_never_deletes_a_user_file_in_its_outputs_work_runs(tmp_path):
     assert (tmp_path / "outside" / "runs").is_dir()
 
 
+def _killed_run(output: Path) -> Path:
+    """What a killed ``swe finetune`` leaves (as listed during a real run)."""
+    run = output / "work" / "runs" / "finetune-0123456789ab"
+    (run / "checkpoint_2026-11-28_07-37-31.086605").mkdir(parents=True)
+    for name in (".validate_storage_marker", "checkpoint_manager_snapshot.json",
+                 "checkpoint_2026-11-28_07-37-31.086605/state.json",
+                 "checkpoint_2026-11-28_07-37-31.086605/state.safetensors"):
+        (run / name).write_text("{}")
+    return run
+
+
+def test_finetune_never_deletes_a_user_file_in_a_folder_named_like_a_run(tmp_path):
+    """Round 12: a user file in ``work/runs/finetune-<12 hex>/`` (or in a folder named like a
+    checkpoint there) was deleted by the rerun, which checked the folders' names only."""
+    for i, extra in enumerate(("notes.txt", "checkpoint_2026-11-28_07-37-31.086605/notes.txt",
+                               "checkpoint_2026-11-28_07-37-31.086605/sub/state.json",
+                               "checkpoint_other")):
+        run = _killed_run(tmp_path / f"out{i}")
+        (run / extra).parent.mkdir(parents=True, exist_ok=True)
+        (run / extra).write_text("kept")
+        with pytest.raises(FileExistsError, match="not a killed swe finetune run's"):
+            _finetune(tmp_path, tmp_path / f"out{i}")
+        assert (run / extra).read_text() == "kept"
+    run = _killed_run(tmp_path / "linked")
+    (tmp_path / "user.json").write_text("kept")
+    (run / "checkpoint_manager_snapshot.json").unlink()
+    (run / "checkpoint_manager_snapshot.json").symlink_to(tmp_path / "user.json")
+    with pytest.raises(FileExistsError, match="not a killed swe finetune run's"):
+        _finetune(tmp_path, tmp_path / "linked")
+
+
 def test_finetune_still_resumes_into_a_killed_runs_work_folder(tmp_path):
     """What a killed run leaves passes the output check (the missing model is the next one)."""
-    run = tmp_path / "out" / "work" / "runs" / "finetune-0123456789ab"
-    run.mkdir(parents=True)
-    (run / "checkpoint_manager_snapshot.json").write_text("{}")
+    run = _killed_run(tmp_path / "out")
     with pytest.raises(FileNotFoundError, match="no such"):
         _finetune(tmp_path, tmp_path / "out", model=tmp_path / "missing")
     assert run.is_dir()

@@ -96,21 +96,21 @@ def _check_output(job: FinetuneJob) -> None:
 
 
 def _killed_runs_only(fs: Any, work: str, local: bool) -> bool:
-    """Whether ``work`` is what a killed run leaves: a folder (not a link, which the cleanup
-    would delete through) holding only ``runs/``, itself holding only run folders."""
-    def folder(url: str) -> bool:
-        return fs.isdir(url) and not (local and os.path.islink(url))
+    """Whether ``work`` holds only what a killed run leaves (:data:`_KILLED_RUN`), each entry a
+    real file or folder: not a link, which the cleanup would delete through."""
+    def real(url: str, folder: bool) -> bool:
+        kind = fs.isdir(url) if folder else fs.isfile(url)
+        return kind and not (local and os.path.islink(url))
 
-    def children(url: str) -> dict[str, str]:
-        return {n.rstrip("/").rsplit("/", 1)[-1]: n for n in fs.ls(url)}
+    def holds_only(url: str, spec: dict) -> bool:
+        return real(url, True) and all(
+            any(pattern.fullmatch(full.rstrip("/").rsplit("/", 1)[-1])
+                and real(full, inner is not None)
+                and (inner is None or holds_only(full, inner))
+                for pattern, inner in spec.items())
+            for full in fs.ls(url))
 
-    if not folder(work) or set(children(work)) - {"runs"}:
-        return False
-    runs = f"{work}/runs"
-    if not fs.exists(runs):
-        return True
-    return folder(runs) and all(_RUN.fullmatch(name) and folder(full)
-                                for name, full in children(runs).items())
+    return holds_only(work, _KILLED_RUN)
 
 
 def _inspect(path: str, text_column: str, label_column: str, share: float = 0.0,
@@ -139,6 +139,12 @@ def _check_share(job: FinetuneJob, facts: dict) -> None:
 
 
 _RUN = re.compile(r"finetune-[0-9a-f]{12}")  # a run folder's name (_run_name)
+# What a killed run leaves in <output>/work, as seen in runs: Ray Train's files in a run folder,
+# and train_loop's in each checkpoint. A pattern maps to its folder's own spec, or None: a file.
+_CHECKPOINT_FILES = {re.compile(r"state\.json|state\.safetensors"): None}
+_RUN_FOLDER = {re.compile(r"\.validate_storage_marker|checkpoint_manager_snapshot\.json"): None,
+               re.compile(r"checkpoint_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(\.\d+)?"): _CHECKPOINT_FILES}
+_KILLED_RUN = {re.compile("runs"): {_RUN: _RUN_FOLDER}}
 
 
 def _run_name(job: FinetuneJob) -> str:
