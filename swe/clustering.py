@@ -11,7 +11,6 @@ cluster.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -25,6 +24,7 @@ import numpy as np
 
 from swe import storage
 from swe.artifacts import refuse_inside
+from swe.lease import entries_besides_lease, lease_new_folder
 from swe.matrix import DTYPES, SCALES, TENSOR
 from swe.modelfiles import ModelFileError, ModelFolder
 
@@ -202,11 +202,14 @@ def _check_output(model: str, out: str) -> str:
     if storage.overlaps(model, out):
         raise ValueError(f"--output {out} overlaps the input model {model}; name a new folder")
     refuse_inside(out)
-    fs, path = storage.filesystem(out)
-    if fs.exists(path) and (not fs.isdir(path) or fs.ls(path)):
-        raise FileExistsError(f"--output {out} exists and is not empty; name a new folder (a "
-                              "quantized model is never written over another folder)")
+    if entries_besides_lease(out):
+        raise _not_empty(out)
     return out
+
+
+def _not_empty(out: str) -> FileExistsError:
+    return FileExistsError(f"--output {out} exists and is not empty; name a new folder (a "
+                           "quantized model is never written over another folder)")
 
 
 def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16",
@@ -217,10 +220,6 @@ def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16
     ``tolerance``) and write the clustered model to ``out`` (centroids saved as ``dtype``).
     The first ``exact`` rows (in swe's vocabularies: the most frequent words) keep their own
     direction as ``exact`` of the centroids."""
-    import ray
-
-    from swe.raysetup import init_ray
-
     _check(clusters, dtype, scale, iterations)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"--seed must be an integer >= 0, got {seed!r}")
@@ -232,6 +231,18 @@ def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16
     if isinstance(exact, bool) or not isinstance(exact, int) or not 0 <= exact < clusters:
         raise ValueError(f"--exact must be an integer from 0 to --clusters - 1 ({clusters - 1}),"
                          f" got {exact!r}")
+    with lease_new_folder(out, "quantize", _not_empty):  # one quantize into a folder
+        return _cluster(model, out, src, clusters, dtype, scale, seed, iterations, tolerance,
+                        exact)
+
+
+def _cluster(model: str, out: str, src: _Source, clusters: int, dtype: str, scale: str,
+             seed: int, iterations: int, tolerance: float, exact: int) -> ClusterReport:
+    """The k-means passes in tasks, then :func:`_finish`."""
+    import ray
+
+    from swe.raysetup import init_ray
+
     t0 = time.perf_counter()
     init_ray()
     blocks = [(a, min(a + _BLOCK_ROWS, src.words)) for a in range(0, src.words, _BLOCK_ROWS)]
@@ -285,8 +296,6 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
     import ray
 
     work = f"{out}.quantize-{uuid.uuid4().hex[:8]}"  # scratch beside the output
-    fs, path = storage.filesystem(out)
-    new = not fs.exists(path)
     try:
         ref = ray.put(centroids)
         cos = sum(ray.get([task(_final_task).remote(src, a, b, ref, work, facts["exact"])
@@ -296,12 +305,7 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
             "passes": facts["passes"], "mean_cosine": round(cos / src.words, 6)}
         written = ray.get(task(_write_task).remote(model, out, work, [a for a, _ in blocks],
                                                    centroids, dtype, scale, recorded))
-    except BaseException:
-        if new:  # half-written, it would block the rerun; a folder given empty is left
-            with contextlib.suppress(OSError):  # the first error is the one to report
-                storage.remove_tree(out)
-        raise
-    finally:
+    finally:  # a half-written output is removed by lease_new_folder
         storage.remove_tree(work)
     return ClusterReport(out, src.words, src.dim, facts["clusters"], dtype, facts["passes"],
                          round(cos / src.words, 6), facts["empty_clusters"],

@@ -29,6 +29,7 @@ from safetensors.numpy import save as st_save
 
 from swe import storage
 from swe.artifacts import refuse_inside
+from swe.lease import entries_besides_lease, lease_new_folder
 from swe.model import PREFIX_MIN, StaticModel
 from swe.modelfiles import write_new_folder
 from swe.text import INVISIBLE, has_unspaced_script, is_punctuation, words
@@ -342,11 +343,14 @@ def _check_out(out: str, model: object) -> str:
         raise ExportError(f"the output {out} overlaps the input model {os.fspath(model)}; "
                           "name a new folder outside it")
     refuse_inside(out, "the output")  # a ValueError, as ExportError is
-    fs, path = storage.filesystem(out)
-    if fs.exists(path) and (not fs.isdir(path) or fs.ls(path)):
-        raise ExportError(f"{out} exists and is not an empty directory; choose a new output "
-                          f"path or remove it first")
+    if entries_besides_lease(out):
+        raise _not_empty(out)
     return out
+
+
+def _not_empty(out: str) -> ExportError:
+    return ExportError(f"{out} exists and is not an empty directory; choose a new output path "
+                       "or remove it first")
 
 
 def _tensors(arrays: ExportArrays) -> bytes:
@@ -435,6 +439,19 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
     if not isinstance(model, StaticModel):
         model = StaticModel.load(model)
     t0 = time.perf_counter()
+    with lease_new_folder(out, f"export to {to}", _not_empty):  # one export into a folder
+        agree = _write(model, to, out, table_lines, measure)
+    if report is not None and agree is not None:
+        report(f"{agree.line()} (export took {time.perf_counter() - t0:.1f} s; "
+               f"recorded in {storage.join(out, 'README.md')})")
+    result = Exported(out)
+    result.agreement = agree
+    return result
+
+
+def _write(model: StaticModel, to: str, out: str, table_lines: int,
+           measure: bool) -> Agreement | None:
+    """Export ``model`` into ``out``; the agreement measured (``None``: not measured)."""
     arrays = export_arrays(model, table_lines)
     agree = agreement(model, arrays) if measure else None
     tok_json = arrays.tokenizer().to_str().encode("utf-8")
@@ -442,9 +459,4 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
              else _st_files(tok_json, arrays))
     files["README.md"] = _card(model, to, arrays, agree)
     write_new_folder(out, files)
-    if report is not None and agree is not None:
-        report(f"{agree.line()} (export took {time.perf_counter() - t0:.1f} s; "
-               f"recorded in {storage.join(out, 'README.md')})")
-    result = Exported(out)
-    result.agreement = agree
-    return result
+    return agree

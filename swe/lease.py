@@ -28,12 +28,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from swe import storage
 
-__all__ = ["LEASE_FILE", "Lease", "LeaseHeldError", "LeaseLostError"]
+__all__ = ["LEASE_FILE", "Lease", "LeaseHeldError", "LeaseLostError", "entries_besides_lease",
+           "lease_new_folder"]
 
 log = logging.getLogger("swe.lease")
 
@@ -276,6 +277,45 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def entries_besides_lease(output: str) -> list[str]:
+    """The entries of ``output`` that are not a lease's own files (none when it is missing;
+    ``[output]`` when it is a file)."""
+    fs, path = storage.filesystem(output)
+    fs.invalidate_cache(path)
+    if not fs.exists(path):
+        return []
+    if not fs.isdir(path):
+        return [path]
+    return [n for n in fs.ls(path) if not n.rstrip("/").rsplit("/", 1)[-1].startswith(LEASE_FILE)]
+
+
+@contextlib.contextmanager
+def lease_new_folder(output: str, purpose: str,
+                     refused: Callable[[str], Exception]) -> Iterator[Lease]:
+    """Hold ``output``'s lease while the block writes a new folder there, so two runs into one
+    new folder never both write: ``refused(output)`` is raised unless the folder is new or
+    empty, judged again under the lease (its own file, or a killed run's, aside). When the
+    block fails, what it wrote is removed, and the folder too when it was new."""
+    fs, path = storage.filesystem(output)
+    new = not fs.exists(path)
+    lease = Lease(output, purpose=purpose).acquire()
+    if entries_besides_lease(output):
+        lease.release()
+        raise refused(output)
+    try:
+        yield lease
+    except BaseException:
+        with contextlib.suppress(OSError):  # the first error is the one to report
+            for name in entries_besides_lease(output):  # the block's own: there were none
+                fs.rm(name, recursive=True)
+        lease.release()
+        if new and storage.is_local(output):
+            with contextlib.suppress(OSError):  # not empty: another run's since the release
+                os.rmdir(path)
+        raise
+    lease.release()
 
 
 def _lock_path(url: str) -> str:

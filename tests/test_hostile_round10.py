@@ -265,3 +265,113 @@ def test_encode_never_deletes_a_swe_folder_or_a_user_file_kept_in_its_output(tmp
         err = _refused(capsys, [*args, "--dtype", "int8", *extra])
         assert f"is or holds the saved model {out / 'sub' / 'mymodel'}" in err
     assert StaticModel.load(str(out / "sub" / "mymodel")).words == ["the", "cat", "sat", "dog"]
+
+
+def _meet_or_wait(monkeypatch, module: object, name: str) -> None:
+    """Make ``module.name`` wait (up to 3 s) until two callers have reached it: two runs started
+    together both pass their early output check before either writes."""
+    import threading
+
+    arrived, both = [], threading.Event()
+    original = getattr(module, name)
+
+    def waiting(*args, **kwargs):
+        arrived.append(1)
+        if len(arrived) >= 2:
+            both.set()
+        both.wait(3)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, waiting)
+
+
+def _together(run) -> list[BaseException | None]:
+    """``run()`` in two threads started together; each one's exception, or ``None``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def outcome():
+        try:
+            run()
+        except Exception as e:
+            return e
+        return None
+
+    with ThreadPoolExecutor(2) as pool:
+        return [f.result() for f in [pool.submit(outcome) for _ in range(2)]]
+
+
+def test_two_exports_into_one_new_folder_never_both_write(tmp_path, monkeypatch):
+    """Round 12: both exited 0 and the slower wrote over the other's finished export."""
+    import swe.export
+    from swe.lease import LeaseHeldError
+
+    model = _model(tmp_path / "m")
+    _meet_or_wait(monkeypatch, swe.export, "export_arrays")
+    out = tmp_path / "new" / "m2v"
+    errors = _together(lambda: swe.export.export(str(model), "model2vec", out, report=None,
+                                                 measure=False, table_lines=0))
+    assert sorted(type(e).__name__ for e in errors) == ["LeaseHeldError", "NoneType"]
+    assert "in use by" in str(next(e for e in errors if isinstance(e, LeaseHeldError)))
+    assert sorted(p.name for p in out.iterdir()) == [
+        "1_Normalize", "README.md", "config.json", "model.safetensors", "modules.json",
+        "tokenizer.json"]  # the lease is given back
+
+
+def test_an_export_resumes_past_a_killed_ones_lease_and_a_failed_one_leaves_no_folder(
+        tmp_path, monkeypatch):
+    """A killed export's lease (its process gone) does not block the rerun; an export that
+    fails while writing leaves no folder behind."""
+    import json
+    import subprocess
+
+    import swe.export
+    import swe.modelfiles
+
+    model = _model(tmp_path / "m")
+    out = tmp_path / "m2v"
+    out.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (out / "_LEASE.json").write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid,
+                                                 "heartbeat": 1e12}))
+    swe.export.export(str(model), "model2vec", out, report=None, measure=False, table_lines=0)
+    assert not (out / "_LEASE.json").exists() and (out / "model.safetensors").is_file()
+
+    def full(url: str, data: bytes) -> None:
+        raise OSError(28, "No space left on device", url)
+
+    monkeypatch.setattr(swe.modelfiles.storage, "write_bytes", full)
+    with pytest.raises(OSError, match="No space"):
+        swe.export.export(str(model), "model2vec", tmp_path / "new", report=None,
+                          measure=False, table_lines=0)
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_two_quantizes_into_one_new_folder_never_both_write(tmp_path, monkeypatch):
+    """Round 12: both exited 0 and the slower wrote over the other's finished model."""
+    import swe.clustering
+
+    model = _model(tmp_path / "m")
+    _meet_or_wait(monkeypatch, swe.clustering, "_initial")
+    out = tmp_path / "q"
+    errors = _together(lambda: swe.clustering.quantize_model(str(model), str(out), 2))
+    assert sorted(type(e).__name__ for e in errors) == ["LeaseHeldError", "NoneType"]
+    assert not (out / "_LEASE.json").exists()
+    assert len(StaticModel.load(str(out)).words) == 4
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_finetune_into_an_output_another_run_holds_stops_and_deletes_nothing(tmp_path):
+    """Two finetunes into one output: the second would delete the first's run folder (another
+    config's) while it trains. It now stops at the lease, naming the holder."""
+    from swe.finetune.job import finetune
+    from swe.lease import Lease, LeaseHeldError
+
+    run = _killed_run(tmp_path / "out")
+    rows = [f"{a} {b},{a}" for a in ("the", "cat", "sat", "dog") for b in range(10)]
+    (tmp_path / "d.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
+    with Lease(str(tmp_path / "out"), purpose="finetune"):
+        with pytest.raises(LeaseHeldError, match=r"in use by .*\(finetune"):
+            finetune(str(_model(tmp_path / "m")), str(tmp_path / "d.csv"), str(tmp_path / "out"))
+        assert (run / "checkpoint_manager_snapshot.json").is_file()

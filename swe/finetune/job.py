@@ -18,6 +18,7 @@ from typing import Any
 from swe import storage
 from swe.artifacts import refuse_inside
 from swe.finetune.train import FinetuneJob, train_loop
+from swe.lease import LEASE_FILE, Lease
 
 __all__ = ["FinetuneReport", "finetune"]
 
@@ -86,6 +87,7 @@ def _check_output(job: FinetuneJob) -> None:
     fs, path = storage.filesystem(job.output)
     if fs.exists(path):
         names = {n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(path)}
+        names = {n for n in names if not n.startswith(LEASE_FILE)}  # a killed run's lease
         if not fs.isdir(path) or names - {"work"}:
             raise FileExistsError(f"--output {job.output} exists and holds more than a killed "
                                   "run's work/ folder; name a new folder")
@@ -192,8 +194,10 @@ def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
                          "rows; pass a held-out file, or leave out --dev")
     if job.dev and facts[0]["multi_label"] != facts[1]["multi_label"]:
         raise ValueError(f"{job.data} and {job.dev}: one is multi-label and the other is not")
-    state = _train(job, max_failures)
-    storage.remove_tree(storage.join(job.output, "work"))
+    with Lease(job.output, purpose="finetune"):  # one writer; checked again once held
+        _check_output(job)
+        state = _train(job, max_failures)
+        storage.remove_tree(storage.join(job.output, "work"))
     best = min(state["history"], key=lambda h: h["dev_loss"])
     return FinetuneReport(job.output, state["labels"], state["multi_label"], state["step"],
                           best["step"], round(best["dev_loss"], 5), round(best["dev_acc"], 2),
