@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from typing import Any
 
 from swe import storage
@@ -68,13 +69,23 @@ def _ours(output: str, entries: list[tuple[str, str]]) -> bool:
         return True
     fs, path = storage.filesystem(output)
     for name, kind in entries:
-        if name.startswith(MANIFEST + ".tmp-") or name.startswith(LEASE_FILE):
+        if _manifest_temp(name, kind) or name.startswith(LEASE_FILE):
             continue  # a manifest write cut short; the lease (ours, or a killed encode's)
         if kind != "directory" or not name.startswith(RUN_PREFIX):
             return False
         if not fs.exists(f"{path}/{name}/_run.json"):
             return False
     return bool(entries)
+
+
+def _manifest_temp(name: str, kind: str) -> bool:
+    """Whether entry ``name`` is a manifest write cut short: a file named as
+    :func:`storage.write_bytes_atomic` names its temporary (``_manifest.json.tmp-<pid>-<hex>``);
+    any other name, a user's ``_manifest.json.tmp-notes`` say, is not this job's."""
+    return kind == "file" and _MANIFEST_TEMP.fullmatch(name) is not None
+
+
+_MANIFEST_TEMP = re.compile(re.escape(MANIFEST) + r"\.tmp-\d+-[0-9a-f]{8}")
 
 
 def _run_dir(output: str, name: str, kind: str) -> bool:
@@ -156,7 +167,7 @@ def publish(output: str, run: str, manifest: dict, overwrite: bool = False) -> N
                                json.dumps(manifest, indent=1).encode())
     fs, path = storage.filesystem(output)
     for name, kind in _entries(output) or []:
-        ours = name.startswith(MANIFEST + ".tmp-") or _run_dir(output, name, kind)
+        ours = _manifest_temp(name, kind) or _run_dir(output, name, kind)
         if name in (MANIFEST, RUN_PREFIX + run) or name.startswith(LEASE_FILE) or not (
                 ours or overwrite):
             continue
