@@ -24,7 +24,7 @@ import numpy as np
 
 from swe import storage
 from swe.artifacts import refuse_inside
-from swe.lease import entries_besides_lease, lease_new_folder
+from swe.lease import holds_others_files, lease_new_folder
 from swe.matrix import DTYPES, SCALES, TENSOR
 from swe.modelfiles import ModelFileError, ModelFolder
 
@@ -202,7 +202,7 @@ def _check_output(model: str, out: str) -> str:
     if storage.overlaps(model, out):
         raise ValueError(f"--output {out} overlaps the input model {model}; name a new folder")
     refuse_inside(out)
-    if entries_besides_lease(out):
+    if holds_others_files(out):
         raise _not_empty(out)
     return out
 
@@ -231,7 +231,9 @@ def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16
     if isinstance(exact, bool) or not isinstance(exact, int) or not 0 <= exact < clusters:
         raise ValueError(f"--exact must be an integer from 0 to --clusters - 1 ({clusters - 1}),"
                          f" got {exact!r}")
-    with lease_new_folder(out, "quantize", _not_empty):  # one quantize into a folder
+    tokenizer = ModelFolder(model).config.get("tokenizer")
+    writes = ["vocab.txt", "model.safetensors", "config.json", *([tokenizer] if tokenizer else [])]
+    with lease_new_folder(out, "quantize", _not_empty, writes=writes):  # one writer
         return _cluster(model, out, src, clusters, dtype, scale, seed, iterations, tolerance,
                         exact)
 

@@ -30,7 +30,7 @@ from safetensors.numpy import save as st_save
 from swe import storage
 from swe.artifacts import refuse_inside
 from swe.export_card import export_card
-from swe.lease import entries_besides_lease, lease_new_folder
+from swe.lease import holds_others_files, lease_new_folder
 from swe.model import PREFIX_MIN, StaticModel
 from swe.modelfiles import write_new_folder
 from swe.text import INVISIBLE, has_unspaced_script, is_punctuation, words
@@ -344,7 +344,7 @@ def _check_out(out: str, model: object) -> str:
         raise ExportError(f"the output {out} overlaps the input model {os.fspath(model)}; "
                           "name a new folder outside it")
     refuse_inside(out, "the output")  # a ValueError, as ExportError is
-    if entries_besides_lease(out):
+    if holds_others_files(out):
         raise _not_empty(out)
     return out
 
@@ -404,7 +404,7 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
     if not isinstance(model, StaticModel):
         model = StaticModel.load(model)
     t0 = time.perf_counter()
-    with lease_new_folder(out, f"export to {to}", _not_empty):  # one export into a folder
+    with lease_new_folder(out, f"export to {to}", _not_empty, writes=WRITES[to]):
         agree = _write(model, to, out, table_lines, measure)
     if report is not None and agree is not None:
         report(f"{agree.line()} (export took {time.perf_counter() - t0:.1f} s; "
@@ -423,5 +423,17 @@ def _write(model: StaticModel, to: str, out: str, table_lines: int,
     files = (_model2vec_files(model, tok_json, arrays) if to == "model2vec"
              else _st_files(tok_json, arrays))
     files["README.md"] = export_card(model, to, arrays, agree)
-    write_new_folder(out, files)
+    assert {name.split("/")[0] for name in files} == set(WRITES[to])
+    entries = {n: files.pop(n) for n in ENTRY_FILES if n in files}
+    # the entry files last: a folder cut short (a killed export) has none, so no library loads it
+    write_new_folder(out, {**files, **entries})
     return agree
+
+
+#: The top-level names of each target's folder (recorded in the output's lease, so a rerun
+#: clears what a killed export wrote), and the files a library opens first, written last.
+WRITES = {"model2vec": ("model.safetensors", "tokenizer.json", "1_Normalize", "README.md",
+                        "config.json", "modules.json"),
+          "sentence-transformers": ("0_StaticEmbedding", "1_Normalize", "README.md",
+                                    "config_sentence_transformers.json", "modules.json")}
+ENTRY_FILES = ("config_sentence_transformers.json", "config.json", "modules.json")

@@ -23,18 +23,19 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from swe import storage
 
-__all__ = ["LEASE_FILE", "Lease", "LeaseHeldError", "LeaseLostError", "entries_besides_lease",
-           "lease_new_folder"]
+__all__ = ["LEASE_FILE", "Lease", "LeaseHeldError", "LeaseLostError",
+           "holds_others_files", "lease_new_folder"]
 
 log = logging.getLogger("swe.lease")
 
@@ -84,7 +85,8 @@ class Lease:
     """The lease on one output folder; ``with Lease(output):`` holds it for the block."""
 
     def __init__(self, output: str, purpose: str = "build", timeout_s: float = TIMEOUT_S,
-                 heartbeat_s: float | None = None, settle_s: float = 0.5) -> None:
+                 heartbeat_s: float | None = None, settle_s: float = 0.5,
+                 writes: Sequence[str] = ()) -> None:
         self.output = output
         self.url = storage.join(output, LEASE_FILE)
         self.purpose = purpose
@@ -94,11 +96,12 @@ class Lease:
         self.settle_s = settle_s
         self.token = uuid.uuid4().hex
         self.lost: str | None = None
+        self.took_over: dict[str, Any] | None = None  # the stale lease this one replaced
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._record = {"owner": _user(), "host": socket.gethostname(), "pid": os.getpid(),
                         "pid_started": _start_time(os.getpid()), "purpose": purpose,
-                        "token": self.token}
+                        "token": self.token, **({"writes": list(writes)} if writes else {})}
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -178,6 +181,7 @@ class Lease:
                             self.describe(info), reason)
                 if not self._remove_stale():
                     continue  # another contender removed it first: look again
+                self.took_over = info
             if self._create():
                 self._start_heartbeat()
                 return self
@@ -279,7 +283,7 @@ class Lease:
         self.release()
 
 
-def entries_besides_lease(output: str) -> list[str]:
+def _entries_besides_lease(output: str) -> list[str]:
     """The entries of ``output`` that are not a lease's own files (none when it is missing;
     ``[output]`` when it is a file)."""
     fs, path = storage.filesystem(output)
@@ -291,24 +295,45 @@ def entries_besides_lease(output: str) -> list[str]:
     return [n for n in fs.ls(path) if not n.rstrip("/").rsplit("/", 1)[-1].startswith(LEASE_FILE)]
 
 
+def holds_others_files(output: str) -> bool:
+    """Whether ``output`` holds entries besides a lease, other than what the run that holds
+    (or held) its lease declared it writes: the early "new or empty" check of
+    :func:`lease_new_folder`'s users, which judges a killed run's leftovers under the lease."""
+    entries = _entries_besides_lease(output)
+    return bool(entries) and not _killed_runs_own(entries, Lease(output).holder())
+
+
 @contextlib.contextmanager
-def lease_new_folder(output: str, purpose: str,
-                     refused: Callable[[str], Exception]) -> Iterator[Lease]:
+def lease_new_folder(output: str, purpose: str, refused: Callable[[str], Exception],
+                     writes: Sequence[str] = ()) -> Iterator[Lease]:
     """Hold ``output``'s lease while the block writes a new folder there, so two runs into one
     new folder never both write: ``refused(output)`` is raised unless the folder is new or
     empty, judged again under the lease (its own file, or a killed run's, aside). When the
-    block fails, what it wrote is removed, and the folder too when it was new."""
+    block fails, what it wrote is removed, and the folder too when it was new.
+
+    ``writes``: the names the block may write at the folder's top, recorded in the lease. A run
+    killed while writing leaves its lease; the rerun that takes it over removes what the
+    killed run declared (and its temporary files), and nothing else: any other entry refuses
+    the rerun."""
     fs, path = storage.filesystem(output)
     new = not fs.exists(path)
-    lease = Lease(output, purpose=purpose).acquire()
-    if entries_besides_lease(output):
+    lease = Lease(output, purpose=purpose, writes=writes).acquire()
+    left = _entries_besides_lease(output)
+    if left and _killed_runs_own(left, lease.took_over):
+        log.warning("removing %s from %s: the partial output of a killed run (%s)",
+                    ", ".join(n.rstrip("/").rsplit("/", 1)[-1] for n in left), output,
+                    lease.describe(lease.took_over))
+        for name in left:
+            fs.rm(name, recursive=True)
+        left = []
+    if left:
         lease.release()
         raise refused(output)
     try:
         yield lease
     except BaseException:
         with contextlib.suppress(OSError):  # the first error is the one to report
-            for name in entries_besides_lease(output):  # the block's own: there were none
+            for name in _entries_besides_lease(output):  # the block's own: there were none
                 fs.rm(name, recursive=True)
         lease.release()
         if new and storage.is_local(output):
@@ -316,6 +341,17 @@ def lease_new_folder(output: str, purpose: str,
                 os.rmdir(path)
         raise
     lease.release()
+
+
+def _killed_runs_own(entries: list[str], record: dict[str, Any] | None) -> bool:
+    """Whether every entry is a name the killed run of ``record`` declared it writes, or one
+    of their temporary files (:func:`storage.write_bytes_atomic`'s ``NAME.tmp-<pid>-<hex>``)."""
+    declared = record.get("writes") if record else None
+    if not isinstance(declared, list) or not declared:
+        return False
+    pattern = re.compile("|".join(rf"{re.escape(str(w))}(\.tmp-\d+-[0-9a-f]{{8}})?"
+                                  for w in declared))
+    return all(pattern.fullmatch(n.rstrip("/").rsplit("/", 1)[-1]) for n in entries)
 
 
 def _lock_path(url: str) -> str:

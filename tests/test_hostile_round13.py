@@ -3,6 +3,7 @@ half-written folder, and the minor ones (one test each, beside round 10's file).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -39,3 +40,128 @@ def test_encode_never_deletes_a_user_file_named_like_a_manifest_temporary(tmp_pa
     assert main([*args, str(out), "--dtype", "float16"]) == 0
     assert (out / "_manifest.json.tmp-keep").read_text() == "kept"
     assert not (out / "_manifest.json.tmp-123-0badc0de").exists()
+
+
+_KILL_AFTER = """
+import os, sys
+from swe import export, storage
+k, to, model, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+written, write = [0], storage.write_bytes
+def killing(url, data, *args, **kwargs):
+    written[0] += 1
+    if written[0] > k:
+        os._exit(9)  # as SIGKILL: no clean-up runs
+    return write(url, data, *args, **kwargs)
+storage.write_bytes = killing
+export.export(model, to, out, report=None, measure=False, table_lines=0)
+"""
+
+
+@pytest.mark.parametrize("to", ["model2vec", "sentence-transformers"])
+def test_a_killed_exports_folder_never_loads_and_its_rerun_starts_clean(tmp_path, to):
+    """Round 13: an export killed between two file writes left a folder that model2vec and
+    sentence-transformers loaded (unnormalised, without the card), and the rerun was refused
+    as not empty. The entry files are written last, and the rerun clears what the killed run
+    declared in its lease, nothing else."""
+    import subprocess
+    import sys
+
+    from model2vec import StaticModel as Model2Vec
+    from sentence_transformers import SentenceTransformer
+
+    from swe.export import export
+
+    def encoded(folder: Path, library: str) -> np.ndarray:
+        if library == "model2vec":
+            return Model2Vec.from_pretrained(str(folder)).encode(["the cat"])[0]
+        return SentenceTransformer(str(folder), device="cpu").encode(["the cat"])[0]
+
+    model = _model(tmp_path / "m")
+    want = StaticModel.load(str(model)).encode(["the cat"])[0]
+    for k in range(1, 6):  # each target writes 6 files
+        out = tmp_path / f"cut{k}"
+        done = subprocess.run([sys.executable, "-c", _KILL_AFTER, str(k), to, str(model),
+                               str(out)], capture_output=True, text=True)
+        assert done.returncode == 9, done.stderr
+        assert (out / "_LEASE.json").is_file()  # the killed run's, naming what it writes
+        for library in ("model2vec", "sentence-transformers"):
+            try:
+                got = encoded(out, library)
+            except Exception:
+                continue
+            # loaded: only when the folder is whole for that library (card and normaliser in)
+            assert (out / "README.md").is_file() and np.allclose(got, want, atol=1e-6)
+    (tmp_path / "cut1" / "notes.txt").write_text("kept")
+    with pytest.raises(ValueError, match="not an empty directory"):
+        export(str(model), to, tmp_path / "cut1", report=None, measure=False, table_lines=0)
+    assert (tmp_path / "cut1" / "notes.txt").read_text() == "kept"
+    export(str(model), to, tmp_path / "cut5", report=None, measure=False, table_lines=0)
+    assert not (tmp_path / "cut5" / "_LEASE.json").exists()
+    assert np.allclose(encoded(tmp_path / "cut5", to), want, atol=1e-6)
+
+
+def test_a_killed_new_folder_writers_leftovers_are_cleared_and_nothing_else(tmp_path, caplog):
+    """What a killed ``swe quantize`` leaves (its lease, declaring the model files, and some
+    of them, a temporary among them) is cleared by the rerun's ``lease_new_folder``; a stale
+    lease declaring nothing (a build's), or a file it did not declare, refuses the rerun."""
+    import json
+    import logging
+    import subprocess
+
+    from swe.lease import holds_others_files, lease_new_folder
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+
+    def killed(folder: Path, writes: list[str] | None, files: list[str]) -> Path:
+        folder.mkdir()
+        record = {"host": os.uname().nodename, "pid": dead.pid, "heartbeat": 1e12,
+                  "purpose": "quantize", **({"writes": writes} if writes else {})}
+        (folder / "_LEASE.json").write_text(json.dumps(record))
+        for name in files:
+            (folder / name).write_text("x")
+        return folder
+
+    writes = ["vocab.txt", "model.safetensors", "config.json"]
+    left = ["vocab.txt", "model.safetensors.tmp-4242-0badc0de"]
+    out = killed(tmp_path / "q", writes, left)
+    assert not holds_others_files(str(out))
+    with (caplog.at_level(logging.WARNING, logger="swe.lease"),
+          lease_new_folder(str(out), "quantize", FileExistsError, writes=writes)):
+        assert sorted(p.name for p in out.iterdir()) == ["_LEASE.json"]
+    assert "the partial output of a killed run" in caplog.text
+    assert not any(out.iterdir())
+    for name, writes_, files in (("user", writes, [*left, "notes.txt"]),
+                                 ("build", None, ["vocab.txt"])):
+        out = killed(tmp_path / name, writes_, files)
+        assert holds_others_files(str(out))
+        with (pytest.raises(FileExistsError),
+              lease_new_folder(str(out), "quantize", FileExistsError, writes=writes)):
+            pass
+        assert sorted(p.name for p in out.iterdir()) == sorted(files)
+
+
+def test_report_files_never_write_through_a_hard_link(tmp_path, capsys):
+    """Round 13: ``--markdown``/``--json`` (evaluate) and ``--json`` (analyze) wrote into the
+    named file, so a hard link into a saved model rewrote the model."""
+    model = _model(tmp_path / "m")
+    keep = _model(tmp_path / "keep")
+    tsv = tmp_path / "sts.tsv"
+    tsv.write_text("sentence1\tsentence2\tscore\n" + "".join(
+        f"the cat\t{b}\t{i}\n" for i, b in enumerate(["the cat", "cat sat", "sat dog", "dog"])))
+    before = {p.name: p.read_bytes() for p in keep.iterdir()}
+    links = {}
+    for flag, name in (("--markdown", "model.safetensors"), ("--json", "vocab.txt")):
+        links[flag] = tmp_path / f"report{flag}"
+        os.link(keep / name, links[flag])
+    assert main(["evaluate", "--model", str(model), "--tasks", f"sts:{tsv}",
+                 "--markdown", str(links["--markdown"]), "--json", str(links["--json"])]) == 0
+    os.link(keep / "config.json", tmp_path / "analysis.json")
+    vectors = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+    StaticModel.from_vectors([f"w{i}" for i in range(300)], vectors).save(str(tmp_path / "r"))
+    assert main(["analyze", "--model", str(tmp_path / "r"), "--json",
+                 str(tmp_path / "analysis.json")]) == 0
+    capsys.readouterr()
+    assert {p.name: p.read_bytes() for p in keep.iterdir()} == before
+    assert StaticModel.load(str(keep)).words == ["the", "cat", "sat", "dog"]
+    assert links["--markdown"].read_text().startswith("|")

@@ -26,7 +26,7 @@ from pathlib import Path
 from swe import storage
 from swe.cli import ArgumentParser, HelpFormatter
 from swe.commands import failed
-from swe.commands.report_file import check_report_file
+from swe.commands.report_file import check_report_file, write_report_file
 from swe.eval.analysis import analyze
 from swe.inputs import check_path_text, check_regular_file, open_input
 from swe.modelfiles import ModelFolder
@@ -212,9 +212,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         if args.png:
             print(f"\nwrote {args.png}", file=sys.stderr)
         if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False),
-                                       encoding="utf-8")
+            write_report_file(args.json, json.dumps(report, indent=2, ensure_ascii=False))
     except Exception as e:  # one error line for a user's mistake; failed re-raises a bug
         return failed(e, [*args.model, *(p for p in (args.speed, args.json, args.png) if p)])
     return 0

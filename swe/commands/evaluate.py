@@ -29,7 +29,7 @@ from pathlib import Path
 from swe import storage
 from swe.cli import ArgumentParser, HelpFormatter
 from swe.commands import failed
-from swe.commands.report_file import check_report_file
+from swe.commands.report_file import check_report_file, write_report_file
 from swe.eval.data import data_root
 from swe.eval.report import evaluate
 
@@ -122,8 +122,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         for path, text in ((args.markdown, table + "\n"),
                            (args.json, json.dumps(report.to_dict(), indent=1))):
             if path:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                Path(path).write_text(text)
+                write_report_file(path, text)
     except OSError as e:  # the table is printed above: nothing is lost
         return failed(e)
     return 0

@@ -3,6 +3,7 @@ any work: ``swe evaluate`` and ``swe analyze`` write such files, never to an obj
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from swe import storage
 from swe.artifacts import holder_of
 from swe.inputs import check_path_text
 
-__all__ = ["check_report_file"]
+__all__ = ["check_report_file", "write_report_file"]
 
 
 def check_report_file(flag: str, path: str, inputs: list[str], command: str, job: str) -> None:
@@ -43,3 +44,11 @@ def check_report_file(flag: str, path: str, inputs: list[str], command: str, job
     if held:
         raise ValueError(f"{flag} {path} lies in {held}, whose files swe checksums, lists or "
                          "cleans: writing there would damage it; name a file elsewhere")
+
+
+def write_report_file(path: str, data: str | bytes) -> None:
+    """Write a checked report file whole, as a new file renamed over the old one: a hard link to
+    the old file (into a saved model, say) keeps its content."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    storage.write_bytes_atomic(os.path.abspath(path),
+                               data.encode("utf-8") if isinstance(data, str) else data)

@@ -22,6 +22,7 @@ that mixes languages.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from swe import storage
 from swe.eval.metrics import spearman
 from swe.model import StaticModel
 
@@ -215,8 +217,10 @@ def quality_speed_plot(points: list[dict], path: str | os.PathLike, *,
             ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3, zorder=0)
         fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
+        storage.write_bytes_atomic(os.path.abspath(path), png.getvalue())  # never through a link
     finally:
         plt.close(fig)
 

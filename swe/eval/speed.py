@@ -40,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from swe import storage
 from swe.eval.data import stsb_file
 from swe.eval.encoders import load_encoder, model_files
 from swe.eval.similarity import read_sts
@@ -298,7 +299,8 @@ def main(argv: list[str] | None = None) -> None:
             report["ratios"] = {str(t): ratio_to(results, args.reference, t)
                                 for t in dict.fromkeys(r["threads"] for r in results)}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+        storage.write_bytes_atomic(os.path.abspath(args.json),
+                                   json.dumps(report, indent=2).encode())
 
 
 if __name__ == "__main__":
