@@ -5,6 +5,8 @@ heartbeat that a daemon thread refreshes every ``heartbeat_s`` seconds. Another 
 output stops at once with :class:`LeaseHeldError` naming the holder. A lease is taken over, with
 a warning, when it is *stale*: no heartbeat for ``timeout_s`` seconds, or its holder ran on this
 host and that process is gone (a killed run is resumed at once, without waiting the timeout).
+A ``_LEASE.json`` that is not a swe lease (not JSON, or without a token and a heartbeat) is a
+user's file: refused in one line, never taken over or removed (swe writes its lease whole).
 
 On a local folder, contenders judge and replace the lease one at a time under an ``flock`` on a
 lock file kept outside the output (in the temp folder, named by the output's real path), and
@@ -106,24 +108,23 @@ class Lease:
     # -- reading ------------------------------------------------------------------------------
 
     def holder(self) -> dict[str, Any] | None:
-        """The lease as written (``heartbeat_age_s`` added), or ``None`` when there is none."""
+        """The lease as written (``heartbeat_age_s`` added), or ``None`` when there is none;
+        ``{"foreign": why}`` for a ``_LEASE.json`` that is not a swe lease (swe writes its
+        lease whole, so one that does not parse is somebody else's file)."""
         fs, path = storage.filesystem(self.url)
         fs.invalidate_cache(path)  # never judge by a cached listing of the output (s3fs)
         try:
-            raw = storage.read_bytes(self.url)
-            info = json.loads(raw.decode("utf-8"))
-            if not isinstance(info, dict):
-                raise ValueError("not an object")
+            info = json.loads(storage.read_bytes(self.url).decode("utf-8"))
         except FileNotFoundError:
             return None
-        except (ValueError, UnicodeDecodeError):  # a half-written lease: judge it by its age
-            try:
-                mtime = fs.modified(path).timestamp()
-            except (OSError, NotImplementedError):
-                mtime = 0.0
-            info = {"owner": "unknown (unreadable lease file)", "heartbeat": mtime}
-        beat = info.get("heartbeat")
-        info["heartbeat_age_s"] = time.time() - beat if isinstance(beat, int | float) else 1e18
+        except IsADirectoryError:
+            return {"foreign": "a folder"}
+        except (ValueError, UnicodeDecodeError):
+            return {"foreign": "not JSON"}
+        if not (isinstance(info, dict) and isinstance(info.get("token"), str)
+                and isinstance(info.get("heartbeat"), int | float)):
+            return {"foreign": "JSON without a lease's token and heartbeat"}
+        info["heartbeat_age_s"] = time.time() - info["heartbeat"]
         return info
 
     def _stale_reason(self, info: dict[str, Any]) -> str | None:
@@ -170,6 +171,10 @@ class Lease:
     def _acquire(self) -> Lease:
         for _ in range(5):
             info = self.holder()
+            if info is not None and "foreign" in info:
+                raise LeaseHeldError(
+                    f"{self.url} is not a swe lease ({info['foreign']}), and swe keeps its lease "
+                    "on the output in that file: move it away, or write to another output")
             if info is not None and info.get("token") != self.token:
                 reason = self._stale_reason(info)
                 if reason is None:
@@ -198,12 +203,15 @@ class Lease:
         self._record["taken"] = time.time()
         if storage.is_local(self.url):
             os.makedirs(os.path.dirname(self.url), exist_ok=True)
-            try:
-                fd = os.open(self.url, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            tmp = f"{self.url}.{self.token}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(self._payload())
+            try:  # whole or not at all, and only where no lease is: a hard link of the file
+                os.link(tmp, self.url)
             except FileExistsError:
                 return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(self._payload())
+            finally:
+                os.remove(tmp)
             return True
         storage.write_bytes(self.url, self._payload())
         time.sleep(self.settle_s)  # a contender writing at the same moment: the later one wins

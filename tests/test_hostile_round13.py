@@ -165,3 +165,26 @@ def test_report_files_never_write_through_a_hard_link(tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in keep.iterdir()} == before
     assert StaticModel.load(str(keep)).words == ["the", "cat", "sat", "dog"]
     assert links["--markdown"].read_text().startswith("|")
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_users_lease_named_file_is_never_taken_over(tmp_path, capsys):
+    """Round 13: a user's ``_LEASE.json`` (any content) was taken over and removed by export
+    and encode, with no --overwrite. It is refused in one line and kept."""
+    from swe.export import export
+    from swe.lease import LeaseHeldError
+
+    model = _model(tmp_path / "m")
+    (tmp_path / "in.txt").write_text("the cat\n")
+    for name in ("exp", "enc"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "_LEASE.json").write_text('{"my": "important settings"}')
+    with pytest.raises(LeaseHeldError, match="is not a swe lease"):
+        export(str(model), "model2vec", tmp_path / "exp", report=None, measure=False,
+               table_lines=0)
+    assert main(["encode", "--model", str(model), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "enc")]) != 0
+    assert "is not a swe lease" in capsys.readouterr().err
+    for name in ("exp", "enc"):
+        assert [p.name for p in (tmp_path / name).iterdir()] == ["_LEASE.json"]
+        assert "important" in (tmp_path / name / "_LEASE.json").read_text()

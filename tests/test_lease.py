@@ -96,13 +96,23 @@ def test_heartbeat_advances_and_a_takeover_is_noticed(tmp_path):
     assert json.loads((tmp_path / LEASE_FILE).read_text())["owner"] == "eve"  # not removed
 
 
-def test_unreadable_lease_file_is_judged_by_its_age(tmp_path):
-    (tmp_path / LEASE_FILE).write_bytes(b"\xff{not json")
-    with pytest.raises(LeaseHeldError, match="unreadable lease file"):
-        Lease(str(tmp_path), timeout_s=60).acquire()
+@pytest.mark.parametrize("content", [b"\xff{not json", b'{"my": "settings"}', b"[1, 2]",
+                                     b'{"token": "x"}', None])
+def test_a_lease_file_that_is_not_a_swe_lease_is_refused_and_kept_however_old(tmp_path,
+                                                                               content):
+    """Hostile round 13: an unreadable ``_LEASE.json`` was judged by its age and a user's file
+    of that name, taken over, was removed. swe writes its lease whole (a hard link of a full
+    file), so a file that is not one is somebody else's: refused, kept, however old."""
+    lease = tmp_path / LEASE_FILE
+    if content is None:
+        lease.mkdir()
+    else:
+        lease.write_bytes(content)
     old = time.time() - 3600
-    os.utime(tmp_path / LEASE_FILE, (old, old))
-    Lease(str(tmp_path), timeout_s=60).acquire().release()
+    os.utime(lease, (old, old))
+    with pytest.raises(LeaseHeldError, match=r"is not a swe lease .*: move it away"):
+        Lease(str(tmp_path), timeout_s=60).acquire()
+    assert lease.is_dir() if content is None else lease.read_bytes() == content
 
 
 _CONTENDER = """
