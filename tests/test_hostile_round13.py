@@ -188,3 +188,30 @@ def test_a_users_lease_named_file_is_never_taken_over(tmp_path, capsys):
     for name in ("exp", "enc"):
         assert [p.name for p in (tmp_path / name).iterdir()] == ["_LEASE.json"]
         assert "important" in (tmp_path / name / "_LEASE.json").read_text()
+
+
+def test_redoing_a_stage_never_deletes_a_file_it_did_not_write(tmp_path):
+    """Round 13: a rebuild with a changed config removed ``work/<stage>/`` whole, a user's files
+    in it included. A finished stage's folder is removed only when it holds nothing but the
+    files its marker lists; otherwise the build stops, naming them."""
+    from swe.build.markers import StageDir
+
+    st = StageDir(str(tmp_path), "vocab", "hash1")
+    storage_dir = Path(st.dir)
+    (storage_dir / "_shards").mkdir(parents=True)
+    (storage_dir / "words.parquet").write_bytes(b"x" * 10)
+    (storage_dir / "_shards" / "0.json").write_text("{}")
+    st.write_marker({"words": 1})
+    (storage_dir / "mydir").mkdir()
+    (storage_dir / "mydir" / "keep.txt").write_text("mine")
+    changed = StageDir(str(tmp_path), "vocab", "hash2")
+    with pytest.raises(FileExistsError, match=r"holds 1 file\(s\) the vocab stage did not write "
+                                              r"\(mydir/keep.txt\).*its config changed"):
+        changed.clear_if_stale()
+    (storage_dir / "words.parquet").write_bytes(b"short")  # damaged since it finished
+    with pytest.raises(FileExistsError, match=r"mydir/keep.txt.*changed"):
+        st.done_stats()
+    assert (storage_dir / "mydir" / "keep.txt").read_text() == "mine"
+    (storage_dir / "mydir" / "keep.txt").unlink()
+    changed.clear_if_stale()  # only the stage's own files: removed, as before
+    assert not storage_dir.exists()

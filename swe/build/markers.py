@@ -115,7 +115,7 @@ class StageDir:
         damage = self._damage(marker.get("files"))
         if damage:
             log.warning("[%s] %s since the stage finished: redoing the stage", self.name, damage)
-            storage.remove_tree(self.dir)
+            self._remove(marker, f"{damage} since it finished")
             return None
         return _located(marker.get("stats", {}), self.root)
 
@@ -162,5 +162,19 @@ class StageDir:
         marker = self.marker()
         if marker is None or marker.get("config_hash") == self.config_hash:
             return
+        self._remove(marker, "its config changed")
         log.info("[%s] config changed since the last run: recomputing", self.name)
+
+    def _remove(self, marker: dict, why: str) -> None:
+        """Remove the finished stage's folder to redo it, unless it holds files the stage did
+        not write (not in ``marker``'s list): a user's, which stop the build, named."""
+        recorded = marker.get("files")
+        foreign = sorted(set(storage.file_sizes(self.dir)) - set(recorded) - {"_DONE.json"}) \
+            if isinstance(recorded, dict) and recorded else []
+        if foreign:
+            raise FileExistsError(
+                f"{self.dir} holds {len(foreign)} file(s) the {self.name} stage did not write "
+                f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); the stage "
+                f"must be redone ({why}), which removes its folder: move them out of work/ "
+                "(it is swe's) and rerun")
         storage.remove_tree(self.dir)
