@@ -93,10 +93,13 @@ def language(code: str) -> Language:
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 # Invisible inside a word, and dropped by the teachers' normalisers (BERT's removes every format
-# character): a soft hyphen (web and PDF text), a word joiner, a byte-order mark mid-text. The
+# character): a soft hyphen (web and PDF text), a zero-width space, a word joiner, a byte-order
+# mark mid-text, the direction marks, embeddings, overrides and isolates (U+200E-F, U+202A-E,
+# U+2066-9, U+061C), invisible operators (U+2061-4) and the Mongolian vowel separator. The
 # splitter broke a word at each (fir\u00adst -> fir, st). Zero-width (non-)joiners stay: they
 # carry meaning in Persian, Indic scripts and emoji, and the vocabularies were built with them.
-INVISIBLE = "[\u00ad\u2060\ufeff]"  # the pattern, for the exported tokenizer's normaliser too
+INVISIBLE = ("[\u00ad\u061c\u180e\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069"
+             "\ufeff]")  # the pattern, for the exported tokenizer's normaliser too
 _INVISIBLE = re.compile(INVISIBLE)
 
 
@@ -163,7 +166,7 @@ def words(text: str) -> list[str]:
     """
     if "\x00" in text:
         text = text.replace("\x00", " ")
-    if "\xad" in text or "\u2060" in text or "\ufeff" in text:  # 10x faster than a search
+    if not text.isascii():  # ASCII text (most of it) skips the search
         text = _INVISIBLE.sub("", text)
     try:
         data = text.encode("utf-8")

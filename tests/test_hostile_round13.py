@@ -215,3 +215,19 @@ def test_redoing_a_stage_never_deletes_a_file_it_did_not_write(tmp_path):
     (storage_dir / "mydir" / "keep.txt").unlink()
     changed.clear_if_stale()  # only the stage's own files: removed, as before
     assert not storage_dir.exists()
+
+
+@pytest.mark.parametrize("char", ["\u200b", "\u200e", "\u200f", "\u202e", "\u2066", "\u061c",
+                                  "\u180e", "\u2062"])
+def test_invisible_format_characters_inside_a_word_are_dropped_as_the_teacher_does(char):
+    """Round 13: a zero-width space or a direction mark inside a word split it (ci|ty), where
+    the teacher's normaliser drops it; joiners (U+200C, U+200D) still stay."""
+    from swe.text import word_spans, words
+
+    text = f"the ci{char}ty of"
+    assert words(text) == ["the", "city", "of"]
+    assert word_spans(text)[1] == ("city", 4, 9)
+    model = StaticModel.from_vectors(["the", "city", "of", "ci", "ty"],
+                                     np.eye(5, dtype=np.float32))
+    assert np.allclose(model.encode([text]), model.encode(["the city of"]))
+    assert words("a\u200db") == ["a", "b"]  # BlingFire's split at a joiner, as before
