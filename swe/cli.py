@@ -268,7 +268,20 @@ def _dispatch(argv: list[str]) -> int:
         _top_parser().error(f"unknown command {command!r}; choose from "
                             f"{', '.join([*JOBS, *LOCAL])}")
     status = importlib.import_module(f"swe.commands.{command}").main(rest, prog=f"swe {command}")
+    _quiet_ray_exit()
     return int(status or 0)
+
+
+def _quiet_ray_exit() -> None:
+    """The result is in: a Ctrl-C while Ray shuts down at exit (its ``atexit`` handler) is
+    ignored, where it printed a traceback. Handlers run last-registered first, so this one runs
+    before Ray's."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        import atexit
+        import signal
+
+        atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
