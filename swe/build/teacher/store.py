@@ -232,12 +232,20 @@ def list_store(store: str) -> list[dict]:
             except Exception:
                 continue
         stamps = [_mtime(v) for v in infos.values()]  # the namespace file counts as a write
+        root_ns = storage.filesystem(url)[1].rstrip("/") + "/"
+        foreign = sorted(n for k in infos if not _STORE_FILE.fullmatch(
+            n := k.removeprefix(root_ns)))
         out.append({"namespace": base, **{k: desc[k] for k in ("teacher_sha256", "runtime",
                                                                "max_tokens", "dim")},
                     "sentences": rows, "bytes": sum(int(v["size"]) for v in files.values()),
                     "files": len(files), "oldest": min(stamps, default=None),
-                    "newest": max(stamps, default=None)})
+                    "newest": max(stamps, default=None), "foreign": foreign})
     return out
+
+
+# What a namespace holds: its descriptor and the rows' Parquet files (and a cut-short atomic
+# write's temporary: storage.write_bytes_atomic); anything else is not the store's.
+_STORE_FILE = re.compile(r"(_NAMESPACE\.json|b[0-9a-f]+/[^/]+\.parquet)(\.tmp-\d+-[0-9a-f]{8})?")
 
 
 def _check_marker(store: str) -> None:
@@ -330,18 +338,19 @@ def prune(store: str, teacher: str | None = None, runtime: str | None = None,
     if problem:
         raise StoreError(problem)
     cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
-    removed = []
-    for ns in list_store(store):
-        if teacher is not None and not ns["teacher_sha256"].startswith(teacher):
-            continue
-        if runtime is not None and ns["runtime"] != runtime:
-            continue
-        if cutoff is not None and (ns["newest"] or 0) > cutoff:
-            continue
-        if not dry_run:
-            storage.remove_tree(storage.join(store, ns["namespace"]))
-        removed.append(ns)
-    return removed
+    matched = [ns for ns in list_store(store)
+               if (teacher is None or ns["teacher_sha256"].startswith(teacher))
+               and (runtime is None or ns["runtime"] == runtime)
+               and (cutoff is None or (ns["newest"] or 0) <= cutoff)]
+    for ns in matched:
+        if ns["foreign"]:
+            raise StoreError(f"{storage.join(store, ns['namespace'])} holds files that are not "
+                             f"the store's ({', '.join(ns['foreign'][:3])}"
+                             f"{', ...' if len(ns['foreign']) > 3 else ''}); prune would delete "
+                             "them: move them out of the store first (nothing was removed)")
+    for ns in matched if not dry_run else []:
+        storage.remove_tree(storage.join(store, ns["namespace"]))
+    return matched
 
 
 def size(ns: Namespace) -> tuple[int, int]:
