@@ -273,3 +273,14 @@ def test_prune_never_deletes_a_file_that_is_not_the_stores(tmp_path, capsys):
     assert main(["store", "prune", str(store), "--runtime", "torch"]) == 0
     assert list_store(str(store)) == [] and not folder.exists()
     capsys.readouterr()
+
+
+def test_sts_says_when_some_pairs_have_no_known_word(tmp_path, caplog):
+    """Round 13: a Spearman over 20 pairs, 10 of them with a zero vector (undefined cosine,
+    scored as 0), was printed with no note."""
+    model = _model(tmp_path / "m")
+    rows = [f"qqq{i}\tthe cat\t{i}" for i in range(10)] + [
+        f"the cat\t{'sat dog' if i % 2 else 'the cat sat'}\t{i}" for i in range(10)]
+    (tmp_path / "sts.tsv").write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n")
+    assert main(["evaluate", "--model", str(model), "--tasks", f"sts:{tmp_path / 'sts.tsv'}"]) == 0
+    assert "10 of 20 pairs have a text with no known word" in caplog.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import logging
 import os
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import numpy as np
 
 from swe.eval.encoders import Encoder
 from swe.eval.metrics import l2_normalise, spearman
+
+log = logging.getLogger("swe.eval")
 
 __all__ = ["read_sts", "sts", "sts_dir"]
 
@@ -53,6 +56,10 @@ def sts(encoder: Encoder, path: str | os.PathLike) -> float:
         encoder = copy.copy(encoder).fit(a + b)
     ea, eb = l2_normalise(encoder.encode(a)), l2_normalise(encoder.encode(b))
     cosines = (ea * eb).sum(1)
+    zero = int(((ea == 0).all(1) | (eb == 0).all(1)).sum())
+    if zero:
+        log.warning("%s: %d of %d pairs have a text with no known word (a zero vector): their "
+                    "cosine is undefined and scored as 0", path, zero, len(cosines))
     if float(np.ptp(cosines)) <= 1e-6:  # equal but for float32 rounding: ranks of noise
         raise ValueError(f"{path}: spearman is undefined: every predicted similarity is "
                          f"{float(cosines[0]):.6f} (up to rounding)")
