@@ -16,7 +16,6 @@ import json
 import logging
 import struct
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +194,9 @@ def _check(clusters: int, dtype: str, scale: str, iterations: int) -> None:
                          f"{dtype}); leave --scale out or add --dtype int8")
 
 
+SCRATCH = "_quantize_work"  # the final pass's indices and norms, inside the output meanwhile
+
+
 def _check_output(model: str, out: str) -> str:
     """The output as a job may use it: not the input, not inside or around it, and empty."""
     out = storage.output_url(out)
@@ -232,7 +234,8 @@ def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16
         raise ValueError(f"--exact must be an integer from 0 to --clusters - 1 ({clusters - 1}),"
                          f" got {exact!r}")
     tokenizer = ModelFolder(model).config.get("tokenizer")
-    writes = ["vocab.txt", "model.safetensors", "config.json", *([tokenizer] if tokenizer else [])]
+    writes = ["vocab.txt", "model.safetensors", "config.json", SCRATCH,
+              *([tokenizer] if tokenizer else [])]
     with lease_new_folder(out, "quantize", _not_empty, writes=writes):  # one writer
         return _cluster(model, out, src, clusters, dtype, scale, seed, iterations, tolerance,
                         exact)
@@ -297,7 +300,7 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
     task; the scratch folder is removed either way."""
     import ray
 
-    work = f"{out}.quantize-{uuid.uuid4().hex[:8]}"  # scratch beside the output
+    work = storage.join(out, SCRATCH)  # declared in the lease: a killed run's is cleared
     try:
         ref = ray.put(centroids)
         cos = sum(ray.get([task(_final_task).remote(src, a, b, ref, work, facts["exact"])

@@ -333,7 +333,7 @@ def test_an_export_resumes_past_a_killed_ones_lease_and_a_failed_one_leaves_no_f
     dead = subprocess.Popen(["true"])
     dead.wait()
     (out / "_LEASE.json").write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid,
-                                                 "heartbeat": 1e12}))
+                                                 "heartbeat": 1e12, "token": "killed"}))
     swe.export.export(str(model), "model2vec", out, report=None, measure=False, table_lines=0)
     assert not (out / "_LEASE.json").exists() and (out / "model.safetensors").is_file()
 

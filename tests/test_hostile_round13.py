@@ -115,7 +115,7 @@ def test_a_killed_new_folder_writers_leftovers_are_cleared_and_nothing_else(tmp_
 
     def killed(folder: Path, writes: list[str] | None, files: list[str]) -> Path:
         folder.mkdir()
-        record = {"host": os.uname().nodename, "pid": dead.pid, "heartbeat": 1e12,
+        record = {"host": os.uname().nodename, "pid": dead.pid, "heartbeat": 1e12, "token": "t",
                   "purpose": "quantize", **({"writes": writes} if writes else {})}
         (folder / "_LEASE.json").write_text(json.dumps(record))
         for name in files:
@@ -284,3 +284,16 @@ def test_sts_says_when_some_pairs_have_no_known_word(tmp_path, caplog):
     (tmp_path / "sts.tsv").write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n")
     assert main(["evaluate", "--model", str(model), "--tasks", f"sts:{tmp_path / 'sts.tsv'}"]) == 0
     assert "10 of 20 pairs have a text with no known word" in caplog.text
+
+
+def test_a_build_refused_at_the_lease_leaves_no_work_folder_behind(tmp_path):
+    """Round 13: a build refused because another command held the output left an empty
+    ``work/`` in that command's folder (which then looked like a build's)."""
+    from swe.build import build, load_config
+    from swe.lease import Lease, LeaseHeldError
+
+    out = tmp_path / "exported"
+    with Lease(str(out), purpose="export to model2vec"):
+        with pytest.raises(LeaseHeldError, match="export to model2vec"):
+            build(load_config("quickstart", [], output=str(out)))
+        assert [p.name for p in out.iterdir()] == ["_LEASE.json"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -39,9 +41,12 @@ class BuildContext:
         from swe.raysetup import init_ray
 
         out = storage.output_url(cfg.output)
-        storage.check_writable(storage.join(out, "work"))
-        lease = Lease(out, purpose=f"build {cfg.name}").acquire()
+        work = storage.join(out, "work")
+        made = storage.is_local(work) and not os.path.exists(storage.filesystem(work)[1])
+        storage.check_writable(work)
+        lease = None
         try:
+            lease = Lease(out, purpose=f"build {cfg.name}").acquire()
             teacher = storage.absolute(cfg.teacher_dir())
             ex = getattr(cfg, "extraction", None)  # a registry without the teacher's stage
             runtime = ex and prepare(teacher, ex.runtime, trust_remote_code=cfg.trust_remote_code)
@@ -49,7 +54,11 @@ class BuildContext:
             init_ray()
             return cls(cfg, out, teacher, lease, runtime, store)
         except BaseException:
-            lease.release()
+            if lease is not None:
+                lease.release()
+            if made:  # the probe's folder, left empty in another run's output otherwise
+                with contextlib.suppress(OSError):
+                    os.rmdir(storage.filesystem(work)[1])
             raise
 
     def onnx_model(self) -> Any:
