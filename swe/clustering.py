@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import struct
 import time
 from dataclasses import dataclass
@@ -195,6 +196,9 @@ def _check(clusters: int, dtype: str, scale: str, iterations: int) -> None:
 
 
 SCRATCH = "_quantize_work"  # the final pass's indices and norms, inside the output meanwhile
+#: The files a quantize writes (patterns of their paths, recorded in the output's lease, so a
+#: rerun clears what a killed run wrote), besides the source's tokenizer file.
+WRITES = (r"vocab\.txt", r"model\.safetensors", r"config\.json", rf"{SCRATCH}/block-\d{{12}}\.npz")
 
 
 def _check_output(model: str, out: str) -> str:
@@ -234,8 +238,7 @@ def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16
         raise ValueError(f"--exact must be an integer from 0 to --clusters - 1 ({clusters - 1}),"
                          f" got {exact!r}")
     tokenizer = ModelFolder(model).config.get("tokenizer")
-    writes = ["vocab.txt", "model.safetensors", "config.json", SCRATCH,
-              *([tokenizer] if tokenizer else [])]
+    writes = [*WRITES, *([re.escape(tokenizer)] if isinstance(tokenizer, str) else [])]
     with lease_new_folder(out, "quantize", _not_empty, writes=writes):  # one writer
         return _cluster(model, out, src, clusters, dtype, scale, seed, iterations, tolerance,
                         exact)

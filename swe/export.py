@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import lzma
 import os
+import re
 import time
 import unicodedata
 from collections import Counter
@@ -404,7 +405,8 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
     if not isinstance(model, StaticModel):
         model = StaticModel.load(model)
     t0 = time.perf_counter()
-    with lease_new_folder(out, f"export to {to}", _not_empty, writes=WRITES[to]):
+    with lease_new_folder(out, f"export to {to}", _not_empty,
+                          writes=[re.escape(name) for name in WRITES[to]]):
         agree = _write(model, to, out, table_lines, measure)
     if report is not None and agree is not None:
         report(f"{agree.line()} (export took {time.perf_counter() - t0:.1f} s; "
@@ -423,17 +425,19 @@ def _write(model: StaticModel, to: str, out: str, table_lines: int,
     files = (_model2vec_files(model, tok_json, arrays) if to == "model2vec"
              else _st_files(tok_json, arrays))
     files["README.md"] = export_card(model, to, arrays, agree)
-    assert {name.split("/")[0] for name in files} == set(WRITES[to])
+    assert set(files) == set(WRITES[to])
     entries = {n: files.pop(n) for n in ENTRY_FILES if n in files}
     # the entry files last: a folder cut short (a killed export) has none, so no library loads it
     write_new_folder(out, {**files, **entries})
     return agree
 
 
-#: The top-level names of each target's folder (recorded in the output's lease, so a rerun
-#: clears what a killed export wrote), and the files a library opens first, written last.
-WRITES = {"model2vec": ("model.safetensors", "tokenizer.json", "1_Normalize", "README.md",
-                        "config.json", "modules.json"),
-          "sentence-transformers": ("0_StaticEmbedding", "1_Normalize", "README.md",
-                                    "config_sentence_transformers.json", "modules.json")}
+#: The files of each target's folder (recorded in the output's lease, so a rerun clears what a
+#: killed export wrote), and the files a library opens first, written last.
+WRITES = {"model2vec": ("model.safetensors", "tokenizer.json", "1_Normalize/config.json",
+                        "README.md", "config.json", "modules.json"),
+          "sentence-transformers": ("0_StaticEmbedding/model.safetensors",
+                                    "0_StaticEmbedding/tokenizer.json", "1_Normalize/config.json",
+                                    "README.md", "config_sentence_transformers.json",
+                                    "modules.json")}
 ENTRY_FILES = ("config_sentence_transformers.json", "config.json", "modules.json")

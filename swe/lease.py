@@ -308,7 +308,7 @@ def holds_others_files(output: str) -> bool:
     (or held) its lease declared it writes: the early "new or empty" check of
     :func:`lease_new_folder`'s users, which judges a killed run's leftovers under the lease."""
     entries = _entries_besides_lease(output)
-    return bool(entries) and not _killed_runs_own(entries, Lease(output).holder())
+    return bool(entries) and not _killed_runs_own(output, entries, Lease(output).holder())
 
 
 @contextlib.contextmanager
@@ -319,15 +319,16 @@ def lease_new_folder(output: str, purpose: str, refused: Callable[[str], Excepti
     empty, judged again under the lease (its own file, or a killed run's, aside). When the
     block fails, what it wrote is removed, and the folder too when it was new.
 
-    ``writes``: the names the block may write at the folder's top, recorded in the lease. A run
-    killed while writing leaves its lease; the rerun that takes it over removes what the
-    killed run declared (and its temporary files), and nothing else: any other entry refuses
-    the rerun."""
+    ``writes``: regular expressions of the paths (under the folder) of every file the block
+    may write, recorded in the lease. A run killed while writing leaves its lease; the rerun
+    that takes it over removes what the killed run left when every file there is one it
+    declared (or a temporary of one): anything else, a user's file in a declared folder
+    included, refuses the rerun."""
     fs, path = storage.filesystem(output)
     new = not fs.exists(path)
     lease = Lease(output, purpose=purpose, writes=writes).acquire()
     left = _entries_besides_lease(output)
-    if left and _killed_runs_own(left, lease.took_over):
+    if left and _killed_runs_own(output, left, lease.took_over):
         log.warning("removing %s from %s: the partial output of a killed run (%s)",
                     ", ".join(n.rstrip("/").rsplit("/", 1)[-1] for n in left), output,
                     lease.describe(lease.took_over))
@@ -351,15 +352,21 @@ def lease_new_folder(output: str, purpose: str, refused: Callable[[str], Excepti
     lease.release()
 
 
-def _killed_runs_own(entries: list[str], record: dict[str, Any] | None) -> bool:
-    """Whether every entry is a name the killed run of ``record`` declared it writes, or one
-    of their temporary files (:func:`storage.write_bytes_atomic`'s ``NAME.tmp-<pid>-<hex>``)."""
+def _killed_runs_own(output: str, entries: list[str], record: dict[str, Any] | None) -> bool:
+    """Whether every file under the entries (recursively) is one the killed run of ``record``
+    declared it writes (a pattern of ``writes`` matching its path under ``output``), or one of
+    their temporaries (:func:`storage.write_bytes_atomic`'s ``NAME.tmp-<pid>-<hex>``)."""
     declared = record.get("writes") if record else None
     if not isinstance(declared, list) or not declared:
         return False
-    pattern = re.compile("|".join(rf"{re.escape(str(w))}(\.tmp-\d+-[0-9a-f]{{8}})?"
-                                  for w in declared))
-    return all(pattern.fullmatch(n.rstrip("/").rsplit("/", 1)[-1]) for n in entries)
+    try:
+        pattern = re.compile("|".join(rf"(?:{w})(?:\.tmp-\d+-[0-9a-f]{{8}})?" for w in declared))
+    except (re.error, TypeError):
+        return False
+    fs, path = storage.filesystem(output)
+    root = path.rstrip("/") + "/"
+    files = [f for entry in entries for f in (fs.find(entry) if fs.isdir(entry) else [entry])]
+    return all(pattern.fullmatch(f.removeprefix(root)) for f in files)
 
 
 def _lock_path(url: str) -> str:

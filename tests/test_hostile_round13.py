@@ -119,11 +119,14 @@ def test_a_killed_new_folder_writers_leftovers_are_cleared_and_nothing_else(tmp_
                   "purpose": "quantize", **({"writes": writes} if writes else {})}
         (folder / "_LEASE.json").write_text(json.dumps(record))
         for name in files:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text("x")
         return folder
 
-    writes = ["vocab.txt", "model.safetensors", "config.json"]
-    left = ["vocab.txt", "model.safetensors.tmp-4242-0badc0de"]
+    writes = [r"vocab\.txt", r"model\.safetensors", r"config\.json",
+              r"_quantize_work/block-\d{12}\.npz"]
+    left = ["vocab.txt", "model.safetensors.tmp-4242-0badc0de",
+            "_quantize_work/block-000000000000.npz"]
     out = killed(tmp_path / "q", writes, left)
     assert not holds_others_files(str(out))
     with (caplog.at_level(logging.WARNING, logger="swe.lease"),
@@ -131,14 +134,16 @@ def test_a_killed_new_folder_writers_leftovers_are_cleared_and_nothing_else(tmp_
         assert sorted(p.name for p in out.iterdir()) == ["_LEASE.json"]
     assert "the partial output of a killed run" in caplog.text
     assert not any(out.iterdir())
-    for name, writes_, files in (("user", writes, [*left, "notes.txt"]),
+    for name, writes_, files in (("user", writes, [*left, "notes.txt"]),  # round 14: in a
+                                 ("nested", writes, [*left, "_quantize_work/notes.txt"]),  # folder
                                  ("build", None, ["vocab.txt"])):
         out = killed(tmp_path / name, writes_, files)
         assert holds_others_files(str(out))
         with (pytest.raises(FileExistsError),
               lease_new_folder(str(out), "quantize", FileExistsError, writes=writes)):
             pass
-        assert sorted(p.name for p in out.iterdir()) == sorted(files)
+        assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()
+                      and p.name != "_LEASE.json") == sorted(files)
 
 
 def test_report_files_never_write_through_a_hard_link(tmp_path, capsys):
