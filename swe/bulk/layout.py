@@ -88,6 +88,19 @@ def _manifest_temp(name: str, kind: str) -> bool:
 _MANIFEST_TEMP = re.compile(re.escape(MANIFEST) + r"\.tmp-\d+-[0-9a-f]{8}")
 
 
+def _not_a_runs(folder: str) -> list[str]:
+    """The files under a run folder that a run does not write (a user's), by relative path."""
+    fs, path = storage.filesystem(folder)
+    root = path.rstrip("/") + "/"
+    return sorted(rel for f in fs.find(path) if not _RUN_FILE.fullmatch(
+        rel := f.removeprefix(root)))
+
+
+# What a run writes in its folder (and a cut-short atomic write's temporary)
+_RUN_FILE = re.compile(r"(_run\.json|\d+-\d+\.parquet|_receipts/\d+-\d+\.json)"
+                       r"(\.tmp-\d+-[0-9a-f]{8})?")
+
+
 def _run_dir(output: str, name: str, kind: str) -> bool:
     """Whether entry ``name`` of ``output`` is a run folder of this job (it holds ``_run.json``)."""
     fs, path = storage.filesystem(output)
@@ -170,6 +183,12 @@ def publish(output: str, run: str, manifest: dict, overwrite: bool = False) -> N
         ours = _manifest_temp(name, kind) or _run_dir(output, name, kind)
         if name in (MANIFEST, RUN_PREFIX + run) or name.startswith(LEASE_FILE) or not (
                 ours or overwrite):
+            continue
+        foreign = [] if overwrite or kind != "directory" else _not_a_runs(f"{path}/{name}")
+        if foreign:
+            log.warning("kept %s/%s from a previous version: it holds files swe did not write "
+                        "(%s); move them, then remove the folder", output, name,
+                        ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else ""))
             continue
         try:
             fs.rm(f"{path}/{name}", recursive=True)
