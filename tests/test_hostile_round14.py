@@ -41,3 +41,27 @@ def test_a_rerun_keeps_an_earlier_run_folder_holding_a_users_files(tmp_path, cap
     assert main([*args, "--dtype", "int8"]) == 0  # only the runs' own files: removed
     assert len(list(out.glob("v-*"))) == 1 and not first.exists()
     capsys.readouterr()
+
+
+def test_a_namespace_a_build_wrote_into_while_it_was_pruned_does_not_block_the_store(
+        tmp_path, caplog, capsys):
+    """Round 14: ``swe store prune`` while a build wrote the same namespace left its rows
+    without ``_NAMESPACE.json``, and ``store list``/``prune`` then refused the whole store,
+    telling the user to remove it. Such a folder is skipped with a warning (the next build
+    with that teacher writes the descriptor again); the other namespaces stay usable."""
+    from swe.build.teacher.store import descriptor, list_store, open_namespace
+
+    store = tmp_path / "store"
+    keep = open_namespace(str(store), descriptor("a" * 64, "torch", 512, 384))
+    pruned = open_namespace(str(store), descriptor("b" * 64, "torch", 512, 384))
+    (Path(pruned.url) / "_NAMESPACE.json").unlink()  # pruned; then the build wrote a row file
+    (Path(pruned.url) / "b3").mkdir()
+    (Path(pruned.url) / "b3" / "0-abc.parquet").write_bytes(b"PAR1")
+    with caplog.at_level(logging.WARNING, logger="swe.build"):
+        assert [n["namespace"] for n in list_store(str(store))] == [Path(keep.url).name]
+    assert "has no _NAMESPACE.json" in caplog.text
+    assert main(["store", "prune", str(store), "--teacher", "bb"]) == 0
+    assert (Path(pruned.url) / "b3" / "0-abc.parquet").exists()  # nothing matched it
+    again = open_namespace(str(store), descriptor("b" * 64, "torch", 512, 384))
+    assert again.url == pruned.url and len(list_store(str(store))) == 2
+    capsys.readouterr()

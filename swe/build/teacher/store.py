@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
 import time
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from swe import storage
+
+log = logging.getLogger("swe.build")
 
 __all__ = ["BUCKETS", "SEGMENTATION", "Namespace", "StoreError", "bucket_of", "descriptor",
            "list_store", "open_namespace", "prune", "prune_problem", "read_bucket_keys",
@@ -221,6 +224,11 @@ def list_store(store: str) -> list[dict]:
         if not base.startswith("ns-"):
             continue
         url = storage.join(store, base)
+        if fs.isdir(entry) and not fs.exists(f"{entry.rstrip('/')}/_NAMESPACE.json"):
+            log.warning("skipped %s: it has no _NAMESPACE.json (rows a build wrote while the "
+                        "namespace was pruned?); the next build with its teacher writes it "
+                        "again, or remove the folder", url)
+            continue
         desc = _namespace_descriptor(url)
         infos = fs.find(storage.filesystem(url)[1], detail=True)
         files = {k: v for k, v in infos.items() if k.endswith(".parquet")}
