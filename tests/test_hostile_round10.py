@@ -198,8 +198,10 @@ def test_finetune_never_deletes_a_user_file_in_a_folder_named_like_a_run(tmp_pat
         run = _killed_run(tmp_path / f"out{i}")
         (run / extra).parent.mkdir(parents=True, exist_ok=True)
         (run / extra).write_text("kept")
-        with pytest.raises(FileExistsError, match="not a killed swe finetune run's"):
+        with pytest.raises(FileExistsError, match="not a killed swe finetune run's") as e:
             _finetune(tmp_path, tmp_path / f"out{i}")
+        named = extra.rsplit("/", 1)[0] if "/sub/" in extra else extra  # round 14: named
+        assert f"work/runs/finetune-0123456789ab/{named} is not" in str(e.value)
         assert (run / extra).read_text() == "kept"
     run = _killed_run(tmp_path / "linked")
     (tmp_path / "user.json").write_text("kept")

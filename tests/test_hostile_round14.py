@@ -65,3 +65,17 @@ def test_a_namespace_a_build_wrote_into_while_it_was_pruned_does_not_block_the_s
     again = open_namespace(str(store), descriptor("b" * 64, "torch", 512, 384))
     assert again.url == pruned.url and len(list_store(str(store))) == 2
     capsys.readouterr()
+
+
+def test_a_worker_that_died_on_every_retry_is_one_line(capsys):
+    """Round 14: a Ray worker killed on every retry (out of memory) in ``swe quantize`` was
+    Ray's own traceback; it is one line naming what happened and what to do."""
+    import ray.exceptions
+
+    from swe.commands import failed
+
+    for error in (ray.exceptions.WorkerCrashedError(), ray.exceptions.NodeDiedError("n1")):
+        assert failed(error, []) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: a Ray worker died and its retries were used up") and \
+            err.count("\n") == 1 and "give the job more memory" in err, err

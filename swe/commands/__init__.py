@@ -28,6 +28,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _WRONG_INPUT = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
                 IsADirectoryError)
 _ENVIRONMENT = (OSError, RuntimeError)
+# Ray's errors for a task or actor whose process died (not a bug in swe: the machine's)
+_WORKER_DIED = ("WorkerCrashedError", "OutOfMemoryError", "NodeDiedError", "ActorDiedError")
 
 
 def failed(error: BaseException, urls: Iterable[str] = (), kept: str = "") -> int:
@@ -48,6 +50,12 @@ def failed(error: BaseException, urls: Iterable[str] = (), kept: str = "") -> in
             and f"[Errno {errno.ENOSPC}]" in str(error)):
         where = getattr(cause, "filename", None) or "the output"
         message = f"no space left on the device of {where}: free space, then rerun the command"
+    if message is None and type(cause).__name__ in _WORKER_DIED and type(
+            cause).__module__.startswith("ray."):
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        message = (f"a Ray worker died and its retries were used up ({type(cause).__name__}"
+                   f"{': ' + first[:200] if first else ''}): out of memory, killed, or its node "
+                   "lost; give the job more memory or workers, then rerun the command")
     if message is None and not isinstance(cause, _WRONG_INPUT + _ENVIRONMENT):
         raise error
     print(f"error: {message or cause}", file=sys.stderr)

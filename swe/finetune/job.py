@@ -91,28 +91,38 @@ def _check_output(job: FinetuneJob) -> None:
         if not fs.isdir(path) or names - {"work"}:
             raise FileExistsError(f"--output {job.output} exists and holds more than a killed "
                                   "run's work/ folder; name a new folder")
-        if names and not _killed_runs_only(fs, f"{path}/work", storage.is_local(job.output)):
-            raise FileExistsError(f"--output {job.output} holds a work/ folder that is not a "
-                                  "killed swe finetune run's (it would be deleted); name a new "
-                                  "folder")
+        odd = _not_a_killed_runs(fs, f"{path}/work", storage.is_local(job.output)) if names \
+            else []
+        if odd:
+            listed = ", ".join(odd[:3]) + (", ..." if len(odd) > 3 else "")
+            raise FileExistsError(
+                f"--output {job.output} holds a work/ folder that is not a killed swe finetune "
+                f"run's (it would be deleted): {listed} is not what a run writes; move that "
+                "away to resume the killed run, or name a new folder")
 
 
-def _killed_runs_only(fs: Any, work: str, local: bool) -> bool:
-    """Whether ``work`` holds only what a killed run leaves (:data:`_KILLED_RUN`), each entry a
-    real file or folder: not a link, which the cleanup would delete through."""
+def _not_a_killed_runs(fs: Any, work: str, local: bool) -> list[str]:
+    """What under ``work`` is not what a killed run leaves (:data:`_KILLED_RUN`), by path under
+    the output, each entry a real file or folder: not a link, which the cleanup would delete
+    through. Empty when ``work`` is a killed run's."""
     def real(url: str, folder: bool) -> bool:
         kind = fs.isdir(url) if folder else fs.isfile(url)
         return kind and not (local and os.path.islink(url))
 
-    def holds_only(url: str, spec: dict) -> bool:
-        return real(url, True) and all(
-            any(pattern.fullmatch(full.rstrip("/").rsplit("/", 1)[-1])
-                and real(full, inner is not None)
-                and (inner is None or holds_only(full, inner))
-                for pattern, inner in spec.items())
-            for full in fs.ls(url))
+    def odd(url: str, spec: dict, at: str) -> list[str]:
+        if not real(url, True):
+            return [at]
+        found = []
+        for full in fs.ls(url):
+            name = full.rstrip("/").rsplit("/", 1)[-1]
+            inner = next((v for p, v in spec.items() if p.fullmatch(name)), False)
+            if inner is False or not real(full, inner is not None):
+                found.append(f"{at}/{name}")
+            elif inner is not None:
+                found += odd(full, inner, f"{at}/{name}")
+        return found
 
-    return holds_only(work, _KILLED_RUN)
+    return odd(work, _KILLED_RUN, "work")
 
 
 def _inspect(path: str, text_column: str, label_column: str, share: float = 0.0,
