@@ -79,3 +79,20 @@ def test_a_worker_that_died_on_every_retry_is_one_line(capsys):
         err = capsys.readouterr().err
         assert err.startswith("error: a Ray worker died and its retries were used up") and \
             err.count("\n") == 1 and "give the job more memory" in err, err
+
+
+def test_store_commands_name_what_a_path_that_is_no_store_folder_is(tmp_path, capsys):
+    """Round 14: a link loop, a dangling link, a named pipe, a file and a missing path all
+    read "is not a teacher store (no _SWE_STORE.json)"."""
+    import os
+
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("x")
+    for name, needle in (("loop", "cannot be opened"), ("dangling", "a dangling symbolic link"),
+                         ("fifo", "is a named pipe"), ("file", "is a file"),
+                         ("missing", "is missing")):
+        assert main(["store", "list", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err

@@ -27,7 +27,9 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
+import stat
 import time
 import uuid
 from dataclasses import dataclass
@@ -265,6 +267,8 @@ def _check_marker(store: str) -> None:
         check_path_text(store, "the store")
     except ValueError as e:
         raise StoreError(str(e)) from None
+    if storage.is_local(store):
+        _check_local_folder(storage.filesystem(store)[1], store)
     marker = storage.join(store, MARKER)
     if not storage.filesystem(marker)[0].exists(storage.filesystem(marker)[1]):
         raise StoreError(f"{store} is not a teacher store (no {MARKER})")
@@ -276,6 +280,22 @@ def _check_marker(store: str) -> None:
     if not isinstance(found, dict) or found.get("format") != FORMAT:
         raise StoreError(f"{marker} is not a teacher store's marker (no format "
                          f"{FORMAT!r}): is {store} a teacher store?")
+
+
+def _check_local_folder(path: str, store: str) -> None:
+    """Name what a local store path is when it is not a folder: missing, a dangling link, a
+    link loop, a named pipe or another file."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        what = "a dangling symbolic link" if os.path.islink(path) else "missing"
+        raise StoreError(f"{store} is {what}: name a teacher store's folder") from None
+    except OSError as e:  # ELOOP: a symbolic link loop
+        raise StoreError(f"{store} cannot be opened ({e.strerror}): name a teacher store's "
+                         "folder") from None
+    if not stat.S_ISDIR(mode):
+        what = "a named pipe" if stat.S_ISFIFO(mode) else "a file"
+        raise StoreError(f"{store} is {what}, not a teacher store's folder")
 
 
 def _namespace_descriptor(url: str) -> dict:
