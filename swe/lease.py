@@ -360,7 +360,7 @@ def _killed_runs_own(output: str, entries: list[str], record: dict[str, Any] | N
     if not isinstance(declared, list) or not declared:
         return False
     try:
-        pattern = re.compile("|".join(rf"(?:{w})(?:\.tmp-\d+-[0-9a-f]{{8}})?" for w in declared))
+        pattern = re.compile("|".join(rf"(?:{w})(?:{storage.ATOMIC_TEMP})?" for w in declared))
     except (re.error, TypeError):
         return False
     fs, path = storage.filesystem(output)

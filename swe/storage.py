@@ -22,8 +22,9 @@ from fsspec import AbstractFileSystem
 
 log = logging.getLogger("swe.storage")
 
-__all__ = ["absolute", "access_hint", "check_bucket", "check_writable", "child_names",
-           "data_path", "filesystem", "find", "fingerprint", "is_local", "join", "load_npz",
+__all__ = ["ATOMIC_TEMP", "absolute", "access_hint", "check_bucket", "check_writable",
+           "child_names", "data_path", "filesystem", "find", "fingerprint", "is_local", "join",
+           "load_npz",
            "load_tokenizer", "naming", "output_url", "overlaps", "pyarrow_filesystem",
            "read_bytes", "read_parquet", "read_text", "refuse_file_output", "refuse_line_break",
            "remove_tree", "save_npz", "within", "write_bytes", "write_bytes_atomic",
@@ -305,6 +306,11 @@ def write_bytes(url: str, data: bytes) -> None:
             fs.makedirs(parent, exist_ok=True)
         with fs.open(path, "wb") as f:
             f.write(data)
+
+
+#: The suffix :func:`write_bytes_atomic` gives its temporary (a regular expression): a file named
+#: so beside one swe writes is that write cut short.
+ATOMIC_TEMP = r"\.tmp-\d+-[0-9a-f]{8}"
 
 
 def write_bytes_atomic(url: str, data: bytes) -> None:

@@ -8,18 +8,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
+from hostile import first_encode, tiny_model
 
 from swe.build import ConfigError, load_config
 from swe.cli import main
 from swe.model import StaticModel
-
-
-def _model(path: Path) -> Path:
-    StaticModel.from_vectors(["the", "cat", "sat", "dog"], np.eye(4, dtype=np.float32)).save(
-        str(path))
-    return path
 
 
 def _build(path: Path) -> Path:
@@ -42,7 +36,7 @@ def test_encode_overwrite_never_replaces_a_builds_work_folder(tmp_path, capsys, 
     build = _build(tmp_path / "b")
     (tmp_path / "link").symlink_to(build / "work")
     (tmp_path / "in.txt").write_text("the cat\n")
-    err = _refused(capsys, ["encode", "--model", str(_model(tmp_path / "m")), "--input",
+    err = _refused(capsys, ["encode", "--model", str(tiny_model(tmp_path / "m")), "--input",
                             str(tmp_path / "in.txt"), "--output", f"{tmp_path}/{target}",
                             "--overwrite"])
     assert f"lies in the work folder of the swe build {build}" in err
@@ -88,7 +82,7 @@ def test_a_builds_own_refine_runs_folder_is_still_allowed(tmp_path):
 
 def test_a_report_file_in_a_builds_work_folder_is_refused(tmp_path, capsys):
     build = _build(tmp_path / "b")
-    err = _refused(capsys, ["evaluate", "--model", str(_model(tmp_path / "m")), "--tasks",
+    err = _refused(capsys, ["evaluate", "--model", str(tiny_model(tmp_path / "m")), "--tasks",
                             "stsb-dev", "--json", str(build / "work" / "pca" / "res.json")])
     assert f"lies in the work folder of the swe build {build}" in err
     assert not (build / "work" / "pca" / "res.json").exists()
@@ -97,7 +91,7 @@ def test_a_report_file_in_a_builds_work_folder_is_refused(tmp_path, capsys):
 def test_saving_over_a_model_leaves_a_hard_linked_copy_as_it_was(tmp_path):
     """``cp -al`` snapshots (rsnapshot, Time Machine style) share the files' inodes: a save
     writes new files and renames them into place, never through the old ones."""
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     copy = tmp_path / "snapshot"
     copy.mkdir()
     for f in model.iterdir():
@@ -110,7 +104,7 @@ def test_saving_over_a_model_leaves_a_hard_linked_copy_as_it_was(tmp_path):
 
 
 def test_reseal_leaves_a_hard_linked_copy_as_it_was(tmp_path, capsys):
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     copy = tmp_path / "snapshot"
     copy.mkdir()
     for f in model.iterdir():
@@ -131,7 +125,7 @@ def test_a_build_rewrites_a_models_card_without_touching_a_hard_linked_copy(tmp_
     """Round 11: the card (README.md) was still written in place."""
     from swe.build.card import add_scores, write_card
 
-    model = _model(tmp_path / "model")
+    model = tiny_model(tmp_path / "model")
     cfg = load_config("quickstart", [], output=str(tmp_path))
     write_card(str(model), "model", cfg)
     copy = tmp_path / "snapshot"
@@ -153,7 +147,7 @@ def _finetune(tmp_path: Path, output: Path, model: Path | None = None) -> None:
     from swe.finetune.job import finetune
 
     (tmp_path / "d.csv").write_text("text,label\nthe cat,x\nsat dog,y\n")
-    finetune(str(model or _model(tmp_path / "m")), str(tmp_path / "d.csv"), str(output))
+    finetune(str(model or tiny_model(tmp_path / "m")), str(tmp_path / "d.csv"), str(output))
 
 
 def test_finetune_never_deletes_a_user_file_in_its_outputs_work_runs(tmp_path):
@@ -223,7 +217,7 @@ def test_refine_storage_that_is_an_encode_output_or_a_model_is_refused(tmp_path)
     """Round 11: a folder inside them was refused, the folder itself was not."""
     (tmp_path / "enc").mkdir()
     (tmp_path / "enc" / "_manifest.json").write_text('{"format": "swe-encode"}')
-    _model(tmp_path / "m")
+    tiny_model(tmp_path / "m")
     for folder, kind in (("enc", "swe encode output"), ("m", "saved model")):
         with pytest.raises(ConfigError, match=rf"refine.storage \S+ lies in the {kind}"):
             load_config("quickstart", ["refine.objective='distill'",
@@ -249,12 +243,8 @@ def test_encode_never_deletes_a_swe_folder_or_a_user_file_kept_in_its_output(tmp
     ``--overwrite`` onto an encode output removed a saved model kept inside it."""
     import shutil
 
-    model = _model(tmp_path / "m")
-    (tmp_path / "in.txt").write_text("the cat\nsat dog\n")
-    out = tmp_path / "enc"
-    args = ["encode", "--model", str(model), "--input", str(tmp_path / "in.txt"), "--output",
-            str(out)]
-    assert main(args) == 0
+    args, out = first_encode(tmp_path)
+    model = tmp_path / "m"
     (out / "v-notes").mkdir()
     (out / "v-notes" / "keep.txt").write_text("keep")
     (out / "v-mine.txt").write_text("keep")
@@ -307,7 +297,7 @@ def test_two_exports_into_one_new_folder_never_both_write(tmp_path, monkeypatch)
     import swe.export
     from swe.lease import LeaseHeldError
 
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     _meet_or_wait(monkeypatch, swe.export, "export_arrays")
     out = tmp_path / "new" / "m2v"
     errors = _together(lambda: swe.export.export(str(model), "model2vec", out, report=None,
@@ -329,7 +319,7 @@ def test_an_export_resumes_past_a_killed_ones_lease_and_a_failed_one_leaves_no_f
     import swe.export
     import swe.modelfiles
 
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     out = tmp_path / "m2v"
     out.mkdir()
     dead = subprocess.Popen(["true"])
@@ -354,7 +344,7 @@ def test_two_quantizes_into_one_new_folder_never_both_write(tmp_path, monkeypatc
     """Round 12: both exited 0 and the slower wrote over the other's finished model."""
     import swe.clustering
 
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     _meet_or_wait(monkeypatch, swe.clustering, "_initial")
     out = tmp_path / "q"
     errors = _together(lambda: swe.clustering.quantize_model(str(model), str(out), 2))
@@ -375,5 +365,6 @@ def test_a_finetune_into_an_output_another_run_holds_stops_and_deletes_nothing(t
     (tmp_path / "d.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
     with Lease(str(tmp_path / "out"), purpose="finetune"):
         with pytest.raises(LeaseHeldError, match=r"in use by .*\(finetune"):
-            finetune(str(_model(tmp_path / "m")), str(tmp_path / "d.csv"), str(tmp_path / "out"))
+            finetune(str(tiny_model(tmp_path / "m")), str(tmp_path / "d.csv"),
+                     str(tmp_path / "out"))
         assert (run / "checkpoint_manager_snapshot.json").is_file()

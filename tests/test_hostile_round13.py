@@ -8,15 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hostile import tiny_model
 
 from swe.cli import main
 from swe.model import StaticModel
-
-
-def _model(path: Path) -> Path:
-    StaticModel.from_vectors(["the", "cat", "sat", "dog"], np.eye(4, dtype=np.float32)).save(
-        str(path))
-    return path
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -24,7 +19,7 @@ def test_encode_never_deletes_a_user_file_named_like_a_manifest_temporary(tmp_pa
     """Round 13: any ``_manifest.json.tmp-*`` counted as a cut-short manifest write, so a
     folder holding only a user's was taken as an encode output and the file deleted; a rerun
     deleted one kept beside an encode output too."""
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     (tmp_path / "in.txt").write_text("the cat\nsat dog\n")
     new = tmp_path / "new"
     new.mkdir()
@@ -76,7 +71,7 @@ def test_a_killed_exports_folder_never_loads_and_its_rerun_starts_clean(tmp_path
             return Model2Vec.from_pretrained(str(folder)).encode(["the cat"])[0]
         return SentenceTransformer(str(folder), device="cpu").encode(["the cat"])[0]
 
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     want = StaticModel.load(str(model)).encode(["the cat"])[0]
     for k in range(1, 6):  # each target writes 6 files
         out = tmp_path / f"cut{k}"
@@ -149,8 +144,8 @@ def test_a_killed_new_folder_writers_leftovers_are_cleared_and_nothing_else(tmp_
 def test_report_files_never_write_through_a_hard_link(tmp_path, capsys):
     """Round 13: ``--markdown``/``--json`` (evaluate) and ``--json`` (analyze) wrote into the
     named file, so a hard link into a saved model rewrote the model."""
-    model = _model(tmp_path / "m")
-    keep = _model(tmp_path / "keep")
+    model = tiny_model(tmp_path / "m")
+    keep = tiny_model(tmp_path / "keep")
     tsv = tmp_path / "sts.tsv"
     tsv.write_text("sentence1\tsentence2\tscore\n" + "".join(
         f"the cat\t{b}\t{i}\n" for i, b in enumerate(["the cat", "cat sat", "sat dog", "dog"])))
@@ -179,7 +174,7 @@ def test_a_users_lease_named_file_is_never_taken_over(tmp_path, capsys):
     from swe.export import export
     from swe.lease import LeaseHeldError
 
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     (tmp_path / "in.txt").write_text("the cat\n")
     for name in ("exp", "enc"):
         (tmp_path / name).mkdir()
@@ -252,7 +247,7 @@ def test_a_ctrl_c_during_rays_shutdown_at_exit_is_ignored(tmp_path, monkeypatch,
     registered = []
     monkeypatch.setattr(atexit, "register", lambda *a: registered.append(a))
     (tmp_path / "in.txt").write_text("the cat\n")
-    assert main(["encode", "--model", str(_model(tmp_path / "m")), "--input",
+    assert main(["encode", "--model", str(tiny_model(tmp_path / "m")), "--input",
                  str(tmp_path / "in.txt"), "--output", str(tmp_path / "out")]) == 0
     assert (signal.signal, signal.SIGINT, signal.SIG_IGN) in registered
     capsys.readouterr()
@@ -285,7 +280,7 @@ def test_prune_never_deletes_a_file_that_is_not_the_stores(tmp_path, capsys):
 def test_sts_says_when_some_pairs_have_no_known_word(tmp_path, caplog):
     """Round 13: a Spearman over 20 pairs, 10 of them with a zero vector (undefined cosine,
     scored as 0), was printed with no note."""
-    model = _model(tmp_path / "m")
+    model = tiny_model(tmp_path / "m")
     rows = [f"qqq{i}\tthe cat\t{i}" for i in range(10)] + [
         f"the cat\t{'sat dog' if i % 2 else 'the cat sat'}\t{i}" for i in range(10)]
     (tmp_path / "sts.tsv").write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n")

@@ -5,29 +5,17 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 import pytest
+from hostile import first_encode
 
 from swe.cli import main
-from swe.model import StaticModel
-
-
-def _model(path: Path) -> Path:
-    StaticModel.from_vectors(["the", "cat", "sat", "dog"], np.eye(4, dtype=np.float32)).save(
-        str(path))
-    return path
 
 
 @pytest.mark.usefixtures("ray_session")
 def test_a_rerun_keeps_an_earlier_run_folder_holding_a_users_files(tmp_path, caplog, capsys):
     """Round 14: a rerun with a changed option removed the previous ``v-<run>/`` whole, user
     files in it included. A run folder holding files a run does not write is kept, named."""
-    model = _model(tmp_path / "m")
-    (tmp_path / "in.txt").write_text("the cat\nsat dog\n")
-    out = tmp_path / "enc"
-    args = ["encode", "--model", str(model), "--input", str(tmp_path / "in.txt"), "--output",
-            str(out)]
-    assert main(args) == 0
+    args, out = first_encode(tmp_path)
     (first,) = out.glob("v-*")
     (first / "notes.txt").write_text("mine")
     (first / "_receipts" / "mine.txt").write_text("mine")

@@ -85,7 +85,7 @@ def _manifest_temp(name: str, kind: str) -> bool:
     return kind == "file" and _MANIFEST_TEMP.fullmatch(name) is not None
 
 
-_MANIFEST_TEMP = re.compile(re.escape(MANIFEST) + r"\.tmp-\d+-[0-9a-f]{8}")
+_MANIFEST_TEMP = re.compile(re.escape(MANIFEST) + storage.ATOMIC_TEMP)
 
 
 def _not_a_runs(folder: str) -> list[str]:
@@ -98,7 +98,7 @@ def _not_a_runs(folder: str) -> list[str]:
 
 # What a run writes in its folder (and a cut-short atomic write's temporary)
 _RUN_FILE = re.compile(r"(_run\.json|\d+-\d+\.parquet|_receipts/\d+-\d+\.json)"
-                       r"(\.tmp-\d+-[0-9a-f]{8})?")
+                       rf"({storage.ATOMIC_TEMP})?")
 
 
 def _run_dir(output: str, name: str, kind: str) -> bool:

@@ -255,7 +255,7 @@ def list_store(store: str) -> list[dict]:
 
 # What a namespace holds: its descriptor and the rows' Parquet files (and a cut-short atomic
 # write's temporary: storage.write_bytes_atomic); anything else is not the store's.
-_STORE_FILE = re.compile(r"(_NAMESPACE\.json|b[0-9a-f]+/[^/]+\.parquet)(\.tmp-\d+-[0-9a-f]{8})?")
+_STORE_FILE = re.compile(rf"(_NAMESPACE\.json|b[0-9a-f]+/[^/]+\.parquet)({storage.ATOMIC_TEMP})?")
 
 
 def _check_marker(store: str) -> None:
