@@ -36,12 +36,14 @@ from typing import Any
 
 from swe import storage
 
-__all__ = ["LEASE_FILE", "Lease", "LeaseHeldError", "LeaseLostError",
-           "holds_others_files", "lease_new_folder"]
+__all__ = ["LEASE_FILE", "USES", "Lease", "LeaseHeldError", "LeaseLostError",
+           "holds_others_files", "lease_new_folder", "live_uses", "use_lease"]
 
 log = logging.getLogger("swe.lease")
 
 LEASE_FILE = "_LEASE.json"
+USES = "_IN_USE"  # a folder many runs use at once: one lease file each (use_lease)
+USE_FILE = re.compile(rf"{USES}/[0-9a-f]{{32}}\.json(\.[0-9a-f]{{32}}\.tmp)?")
 TIMEOUT_S = float(os.environ.get("SWE_LEASE_TIMEOUT_S", 120))
 
 
@@ -88,9 +90,10 @@ class Lease:
 
     def __init__(self, output: str, purpose: str = "build", timeout_s: float = TIMEOUT_S,
                  heartbeat_s: float | None = None, settle_s: float = 0.5,
-                 writes: Sequence[str] = ()) -> None:
+                 writes: Sequence[str] = (), file: str = LEASE_FILE) -> None:
         self.output = output
-        self.url = storage.join(output, LEASE_FILE)
+        self.url = storage.join(output, file)
+        self.shared = file != LEASE_FILE  # one of many runs' uses (use_lease), not the writer's
         self.purpose = purpose
         self.timeout_s = float(timeout_s)
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else max(self.timeout_s / 6,
@@ -241,11 +244,13 @@ class Lease:
         while not self._stop.wait(self.heartbeat_s):
             try:
                 info = self.holder()
-                if info is None or info.get("token") != self.token:
+                if not self.shared and (info is None or info.get("token") != self.token):
                     self.lost = (f"the lease on {self.output} was taken over by "
                                  f"{self.describe(info) if info else 'another run'}")
                     log.error("%s; this run stops at its next step", self.lost)
                     return
+                if self.shared and storage.is_local(self.url):  # a use removed: written again
+                    os.makedirs(os.path.dirname(self.url), exist_ok=True)
                 self._write_over(self._payload())
             except OSError as e:  # a transient storage error: try again at the next beat
                 log.warning("lease heartbeat on %s failed: %s", self.url, e)
@@ -350,6 +355,31 @@ def lease_new_folder(output: str, purpose: str, refused: Callable[[str], Excepti
                 os.rmdir(path)
         raise
     lease.release()
+
+
+def use_lease(folder: str, purpose: str) -> Lease:
+    """Take a *use* of ``folder``, which many runs may hold at once (each its own lease file in
+    ``folder/_IN_USE/``, with a heartbeat): a command that would remove the folder asks
+    :func:`live_uses` first. Release it like any lease."""
+    return Lease(folder, purpose, file=f"{USES}/{uuid.uuid4().hex}.json").acquire()
+
+
+def live_uses(folder: str) -> list[str]:
+    """Who uses ``folder`` now (:func:`use_lease`), described; a dead run's use is not live."""
+    fs, path = storage.filesystem(storage.join(folder, USES))
+    fs.invalidate_cache(path)
+    try:
+        names = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(path, detail=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    live = []
+    for name in names:
+        if USE_FILE.fullmatch(f"{USES}/{name}") and name.endswith(".json"):
+            probe = Lease(folder, file=f"{USES}/{name}")
+            info = probe.holder()
+            if info is not None and "foreign" not in info and probe._stale_reason(info) is None:
+                live.append(probe.describe(info))
+    return live
 
 
 def _killed_runs_own(output: str, entries: list[str], record: dict[str, Any] | None) -> bool:

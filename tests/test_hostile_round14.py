@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
 from hostile import first_encode
 
+from swe.build.teacher.store import StoreError, descriptor, list_store, open_namespace, prune
 from swe.cli import main
+from swe.lease import USES, use_lease
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -84,3 +88,22 @@ def test_store_commands_name_what_a_path_that_is_no_store_folder_is(tmp_path, ca
         assert main(["store", "list", str(tmp_path / name)]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, err
+
+
+def test_prune_refuses_a_namespace_a_live_run_uses_and_not_a_dead_ones(tmp_path):
+    """Round 14: a prune while a build used the namespace removed it under the build. A build
+    holds a use of its namespace (swe.lease.use_lease); prune refuses while one is live."""
+    store = str(tmp_path / "store")
+    ns = open_namespace(store, descriptor("d" * 64, "torch", 512, 384))
+    use = use_lease(ns.url, "build en into /x")
+    try:
+        with pytest.raises(StoreError, match=r"ns-\w+ is in use by .*pid \d+ \(build en into /x"):
+            prune(store, teacher="dd")
+        assert len(list_store(store)) == 1
+    finally:
+        use.release()
+    dead = Path(ns.url) / USES / ("0" * 32 + ".json")  # a killed run's: no heartbeat for long
+    dead.write_text(json.dumps({"token": "0" * 32, "heartbeat": time.time() - 10_000,
+                                "host": "elsewhere", "pid": 1}))
+    assert [n["namespace"] for n in prune(store, teacher="dd")] == [Path(ns.url).name]
+    assert list_store(store) == [] and not Path(ns.url).exists()

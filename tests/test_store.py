@@ -20,7 +20,15 @@ from procs import joined_env
 
 from swe.build import build, load_config
 from swe.build.config import ConfigError
-from swe.build.teacher.store import StoreError, descriptor, list_store, open_namespace, prune
+from swe.build.teacher.store import (
+    StoreError,
+    descriptor,
+    list_store,
+    open_namespace,
+    prune,
+    restore_descriptor,
+)
+from swe.lease import live_uses
 
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,13 +73,30 @@ def _seeded(cold, dst: Path) -> Path:
     return dst
 
 
-def test_warm_store_serves_everything_and_gives_the_same_model(tmp_path, corpus, cold):
+def test_warm_store_serves_everything_and_gives_the_same_model(tmp_path, corpus, cold,
+                                                               monkeypatch):
     result, digests, store, _ = cold
     assert result.teacher_passes == result.sentences > 0 and result.store_hits == 0
     assert result.store_bytes > 0
     [ns] = list_store(str(store))
     assert ns["sentences"] == result.teacher_passes and ns["runtime"] == "onnx-int8"
+    # The warm build holds a use of the namespace until it closes: a prune then refuses it,
+    # and a descriptor a prune removed under it is written again (round 14).
+    seen = []
+
+    def closing(namespace):
+        with pytest.raises(StoreError, match=r"is in use by .*build quickstart into .*warm"):
+            prune(str(store), teacher=namespace.descriptor["teacher_sha256"][:6])
+        (Path(namespace.url) / "_NAMESPACE.json").unlink()
+        seen.append(live_uses(namespace.url))
+        restore_descriptor(namespace)
+
+    monkeypatch.setattr("swe.build.teacher.store.restore_descriptor", closing)
     warm = _build(_seeded(cold, tmp_path / "warm"), corpus, store)
+    monkeypatch.undo()
+    assert len(seen) == 1 and len(seen[0]) == 1
+    assert list_store(str(store))[0]["sentences"] == ns["sentences"]  # listed again, whole
+    assert live_uses(str(store / ns["namespace"])) == []  # given back
     assert warm.teacher_passes == 0 and warm.store_hits == result.teacher_passes
     assert _digests(tmp_path / "warm" / "step1") == digests
 

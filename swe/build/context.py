@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from swe import storage
-from swe.lease import Lease
+from swe.lease import Lease, use_lease
 from swe.model import StaticModel
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ class BuildContext:
     lease: Lease | None = None
     runtime: dict | None = None  # the prepared ONNX form of the teacher (swe.build.teacher.runtime)
     store: Namespace | None = None  # the teacher-output store's namespace (swe.build.teacher.store)
+    store_use: Lease | None = None  # this build's use of it: prune refuses a namespace in use
 
     @classmethod
     def open(cls, cfg: BuildConfig) -> BuildContext:
@@ -44,18 +45,20 @@ class BuildContext:
         work = storage.join(out, "work")
         made = storage.is_local(work) and not os.path.exists(storage.filesystem(work)[1])
         storage.check_writable(work)
-        lease = None
+        lease = use = None
         try:
             lease = Lease(out, purpose=f"build {cfg.name}").acquire()
             teacher = storage.absolute(cfg.teacher_dir())
             ex = getattr(cfg, "extraction", None)  # a registry without the teacher's stage
             runtime = ex and prepare(teacher, ex.runtime, trust_remote_code=cfg.trust_remote_code)
             store = _store(cfg, teacher) if ex and ex.store else None
+            use = store and use_lease(store.url, f"build {cfg.name} into {out}")
             init_ray()
-            return cls(cfg, out, teacher, lease, runtime, store)
+            return cls(cfg, out, teacher, lease, runtime, store, use)
         except BaseException:
-            if lease is not None:
-                lease.release()
+            for held in (use, lease):
+                if held is not None:
+                    held.release()
             if made:  # the probe's folder, left empty in another run's output otherwise
                 with contextlib.suppress(OSError):
                     os.rmdir(storage.filesystem(work)[1])
@@ -79,12 +82,18 @@ class BuildContext:
             self.lease.check()
 
     def close(self) -> None:
-        """Write the model cards of the steps saved by tasks (step1, step2), give the lease back."""
+        """Write the model cards of the steps saved by tasks (step1, step2), give the lease and
+        the store's use back (its namespace descriptor written again if a prune removed it)."""
         try:
             self.write_cards()
+            if self.store is not None:
+                from swe.build.teacher.store import restore_descriptor
+
+                restore_descriptor(self.store)
         finally:
-            if self.lease is not None:
-                self.lease.release()
+            for held in (self.store_use, self.lease):
+                if held is not None:
+                    held.release()
 
     def path(self, *parts: str) -> str:
         """A path under the build's output."""

@@ -37,12 +37,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from swe import storage
+from swe.lease import USE_FILE, live_uses
 
 log = logging.getLogger("swe.build")
 
 __all__ = ["BUCKETS", "SEGMENTATION", "Namespace", "StoreError", "bucket_of", "descriptor",
            "list_store", "open_namespace", "prune", "prune_problem", "read_bucket_keys",
-           "read_rows", "row_check", "sentence_key", "size", "unit_vectors", "write_rows"]
+           "read_rows", "restore_descriptor", "row_check", "sentence_key", "size", "unit_vectors",
+           "write_rows"]
 
 MARKER = "_SWE_STORE.json"
 FORMAT = "swe-teacher-store"
@@ -254,8 +256,20 @@ def list_store(store: str) -> list[dict]:
 
 
 # What a namespace holds: its descriptor and the rows' Parquet files (and a cut-short atomic
-# write's temporary: storage.write_bytes_atomic); anything else is not the store's.
-_STORE_FILE = re.compile(rf"(_NAMESPACE\.json|b[0-9a-f]+/[^/]+\.parquet)({storage.ATOMIC_TEMP})?")
+# write's temporary: storage.write_bytes_atomic), and the builds' uses of it (swe.lease.use_lease);
+# anything else is not the store's.
+_STORE_FILE = re.compile(rf"(_NAMESPACE\.json|b[0-9a-f]+/[^/]+\.parquet)({storage.ATOMIC_TEMP})?"
+                         rf"|{USE_FILE.pattern}")
+
+
+def restore_descriptor(ns: Namespace) -> None:
+    """Write ``ns``'s ``_NAMESPACE.json`` again when a prune removed the namespace while a build
+    used it (that build's rows are kept and listed again)."""
+    meta = storage.join(ns.url, "_NAMESPACE.json")
+    fs, path = storage.filesystem(meta)
+    fs.invalidate_cache(path)
+    if not fs.exists(path):
+        storage.write_bytes(meta, json.dumps(ns.descriptor, indent=1).encode())
 
 
 def _check_marker(store: str) -> None:
@@ -371,6 +385,11 @@ def prune(store: str, teacher: str | None = None, runtime: str | None = None,
                and (runtime is None or ns["runtime"] == runtime)
                and (cutoff is None or (ns["newest"] or 0) <= cutoff)]
     for ns in matched:
+        users = live_uses(storage.join(store, ns["namespace"]))
+        if users:
+            raise StoreError(f"{storage.join(store, ns['namespace'])} is in use by {users[0]}"
+                             f"{f' and {len(users) - 1} more' if len(users) > 1 else ''}: wait "
+                             "for the build to finish (nothing was removed)")
         if ns["foreign"]:
             raise StoreError(f"{storage.join(store, ns['namespace'])} holds files that are not "
                              f"the store's ({', '.join(ns['foreign'][:3])}"
