@@ -88,17 +88,54 @@ def _manifest_temp(name: str, kind: str) -> bool:
 _MANIFEST_TEMP = re.compile(re.escape(MANIFEST) + storage.ATOMIC_TEMP)
 
 
-def _not_a_runs(folder: str) -> list[str]:
-    """The files under a run folder that a run does not write (a user's), by relative path."""
-    fs, path = storage.filesystem(folder)
-    root = path.rstrip("/") + "/"
-    return sorted(rel for f in fs.find(path) if not _RUN_FILE.fullmatch(
-        rel := f.removeprefix(root)))
+def _not_a_runs(output: str, name: str) -> list[str]:
+    """The files under run folder ``name`` that its run did not write (a user's), by relative
+    path, judged by content, not by name alone: the run's ``_run.json`` (naming this run), each
+    part with its receipt (the receipt names the part and its size), a part a kill cut off
+    before its receipt (Parquet with the encoder's ``embedding`` column), and temporaries of
+    cut-short writes."""
+    fs, path = storage.filesystem(output)
+    root = f"{path}/{name}/"
+    receipts = find_receipts(output, name.removeprefix(RUN_PREFIX))
+    foreign = []
+    for file in sorted(fs.find(root)):
+        rel = file.removeprefix(root)
+        kind = _RUN_FILE.fullmatch(rel)
+        ours = kind is not None and (
+            kind["temp"] is not None
+            or (kind["spec"] and _names_run(file, name.removeprefix(RUN_PREFIX)))
+            or (kind["receipt"] or kind["part"]) in receipts
+            or (kind["part"] and _is_a_part(file)))
+        if not ours:
+            foreign.append(rel)
+    return foreign
 
 
 # What a run writes in its folder (and a cut-short atomic write's temporary)
-_RUN_FILE = re.compile(r"(_run\.json|\d+-\d+\.parquet|_receipts/\d+-\d+\.json)"
-                       rf"({storage.ATOMIC_TEMP})?")
+_RUN_FILE = re.compile(r"(?:(?P<spec>_run\.json)|(?P<part>\d+-\d+)\.parquet"
+                       r"|_receipts/(?P<receipt>\d+-\d+)\.json)"
+                       rf"(?P<temp>{storage.ATOMIC_TEMP})?")
+
+
+def _names_run(url: str, run: str) -> bool:
+    """Whether ``url`` is a run spec that names run ``run``."""
+    try:
+        spec = json.loads(storage.read_bytes(url))
+    except (OSError, ValueError):
+        return False
+    return isinstance(spec, dict) and spec.get("format") == FORMAT and spec.get("run") == run
+
+
+def _is_a_part(url: str) -> bool:
+    """Whether ``url`` is Parquet with the encoder's ``embedding`` column (its footer only)."""
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(url)
+    try:
+        with fs.open(path, "rb") as f:
+            return "embedding" in pq.ParquetFile(f).schema_arrow.names
+    except Exception:  # not Parquet, cut short, unreadable: not a part this job wrote
+        return False
 
 
 def _run_dir(output: str, name: str, kind: str) -> bool:
@@ -184,7 +221,7 @@ def publish(output: str, run: str, manifest: dict, overwrite: bool = False) -> N
         if name in (MANIFEST, RUN_PREFIX + run) or name.startswith(LEASE_FILE) or not (
                 ours or overwrite):
             continue
-        foreign = [] if overwrite or kind != "directory" else _not_a_runs(f"{path}/{name}")
+        foreign = [] if overwrite or kind != "directory" else _not_a_runs(output, name)
         if foreign:
             log.warning("kept %s/%s from a previous version: it holds files swe did not write "
                         "(%s); move them, then remove the folder", output, name,
