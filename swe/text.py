@@ -93,16 +93,19 @@ def language(code: str) -> Language:
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 # Invisible inside a word, and dropped by the teachers' normalisers (BERT's removes every format
-# character, Unicode category Cf): every Cf character of Unicode 14 (soft hyphen, zero-width
-# space, direction marks, embeddings, overrides and isolates, word joiner, invisible operators,
-# byte-order mark, interlinear annotation, tags, ...) and the Hangul fillers (U+115F, U+1160,
-# U+3164, U+FFA0: blank letters, used to pad or spoof). The splitter broke a word at most of
-# them (fir\u00adst -> fir, st). Zero-width (non-)joiners U+200C/U+200D stay: they carry meaning
-# in Persian, Indic scripts and emoji, and the vocabularies were built with them.
-INVISIBLE = ("[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u180e"
-             "\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
-             "\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
-             "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")  # the export's normaliser too
+# and unassigned character, and uncased ones every mark): Unicode's Default_Ignorable_Code_Point
+# set (soft hyphen, zero-width space, direction marks, embeddings, overrides and isolates, word
+# joiner, invisible operators, byte-order mark, combining grapheme joiner, Khmer inherent vowels,
+# Mongolian free variation selectors, Hangul fillers, tags, ...) and the other Cf characters of
+# Unicode 14 (interlinear annotation, prepended concatenation marks). The splitter broke a word at
+# most of them (fir\u00adst -> fir, st). Kept: zero-width (non-)joiners U+200C/U+200D, which carry
+# meaning in Persian, Indic scripts and emoji, and the variation selectors U+FE00-FE0F and
+# U+E0100-E01EF (emoji presentation), which the splitter keeps inside the word.
+INVISIBLE = ("[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
+             "\u17b4\u17b5\u180b-\u180f\u200b\u200e\u200f\u202a-\u202e\u2060-\u206f\u3164"
+             "\ufeff\uffa0\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U00013438"
+             "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e00ff"
+             "\U000e01f0-\U000e0fff]")  # the export's normaliser too
 _INVISIBLE = re.compile(INVISIBLE)
 
 

@@ -220,7 +220,9 @@ def test_redoing_a_stage_never_deletes_a_file_it_did_not_write(tmp_path):
 @pytest.mark.parametrize("char", ["\u200b", "\u200e", "\u200f", "\u202e", "\u2066", "\u061c",
                                   "\u180e", "\u2062",  # round 14: every other Cf, and the
                                   "\u206a", "\ufffa", "\U000e0041", "\U0001d173",  # Hangul
-                                  "\u3164", "\uffa0"])  # fillers
+                                  "\u3164", "\uffa0",  # fillers; round 15: the rest
+                                  "\u17b4", "\u17b5", "\u180f", "\u034f", "\u2065",  # of
+                                  "\ufff0", "\U000e0000", "\U000e0080"])  # Default_Ignorable
 def test_invisible_format_characters_inside_a_word_are_dropped_as_the_teacher_does(char):
     """Round 13: a zero-width space or a direction mark inside a word split it (ci|ty), where
     the teacher's normaliser drops it; joiners (U+200C, U+200D) still stay."""

@@ -49,7 +49,8 @@ __all__ = ["BUCKETS", "SEGMENTATION", "Namespace", "StoreError", "bucket_of", "d
 MARKER = "_SWE_STORE.json"
 FORMAT = "swe-teacher-store"
 VALUE_FORMAT = 1  # unit vectors float16, sentence embedding float32, 8-byte checksum
-SEGMENTATION = "swe.text.units/1"  # bump when units() changes what a key covers
+SEGMENTATION = "swe.text.units/2"  # bump when units() changes what a key covers (2: more
+# invisible characters dropped inside a word, swe.text.INVISIBLE)
 BUCKETS = 16
 
 
