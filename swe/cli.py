@@ -57,9 +57,13 @@ def info(path: str) -> dict:
     loading the model (every file checked against its checksum, the config's claims against
     the matrix)."""
     from swe import storage
+    from swe.ensemble import ENSEMBLE
     from swe.model import StaticModel
     from swe.modelfiles import CONFIG, ModelFolder
 
+    fs, p = storage.filesystem(storage.join(path, ENSEMBLE))
+    if fs.exists(p):
+        return _ensemble_info(path)
     model = StaticModel.load(path)  # checks the config's dim and vocab_size against the files
     folder = ModelFolder(path)
     files = dict(folder.get("files", dict, {}))
@@ -72,6 +76,18 @@ def info(path: str) -> dict:
             "provenance": folder.get("provenance", (dict, type(None)), None) or {},
             "files": {n: f["bytes"] for n, f in files.items()},
             "total_bytes": sum(f["bytes"] for f in files.values())}
+
+
+def _ensemble_info(path: str) -> dict:
+    """What ``swe info`` prints for an ensemble: its weights and each member's facts."""
+    from swe import storage
+    from swe.ensemble import EnsembleModel
+
+    ensemble = EnsembleModel.load(path)  # every member checked as a model is
+    members = [info(storage.join(path, f"member_{i}")) for i in range(len(ensemble.models))]
+    return {"path": path, "ensemble": True, "dim": ensemble.dim,
+            "weights": list(ensemble.weights), "members": members,
+            "total_bytes": sum(m["total_bytes"] for m in members)}
 
 
 def _info_parser() -> argparse.ArgumentParser:
@@ -92,6 +108,14 @@ def _info_main(argv: list[str]) -> int:
         return failed(e, [args.model])
     if args.json:
         print(json.dumps(facts, indent=2, ensure_ascii=False))
+        return 0
+    if facts.get("ensemble"):
+        print(f"{'path':14} {facts['path']}\n{'ensemble':14} {len(facts['members'])} members, "
+              f"weights {facts['weights']}\n{'dim':14} {facts['dim']}")
+        for i, m in enumerate(facts["members"]):
+            print(f"{f'member_{i}':14} dim {m['dim']}, {m['vocab_size']:,} words, {m['dtype']}, "
+                  f"languages {m['languages']}")
+        print(f"{'total':14} {facts['total_bytes']:,} bytes")
         return 0
     for key in ("path", "dim", "vocab_size", "dtype", "clusters", "languages", "lowercase",
                 "oov_tokenizer"):
@@ -136,12 +160,16 @@ def _reseal_checked(model: str, ensemble: bool) -> tuple[int | None, list[str]]:
     is put back as it was, so the checksums that would catch the damage are not replaced by the
     damaged file's."""
     from swe import storage
-    from swe.ensemble import ENSEMBLE, EnsembleModel
+    from swe.ensemble import ENSEMBLE, FORMAT, MAX_MEMBERS, EnsembleModel
     from swe.model import StaticModel
-    from swe.modelfiles import CONFIG, ModelFolder, reseal
+    from swe.modelfiles import CONFIG, ModelFileError, ModelFolder, reseal
 
-    top = ModelFolder(model, config_name=ENSEMBLE if ensemble else CONFIG, verify=False)
+    own = (ENSEMBLE, FORMAT, 1) if ensemble else (CONFIG,)
+    top = ModelFolder(model, *own[1:], config_name=own[0], verify=False)
     members = top.get("members", int) if ensemble else None
+    if members is not None and not 1 <= members <= MAX_MEMBERS:
+        raise ModelFileError(f"{top.config_path}: members = {members} should be 1 to "
+                             f"{MAX_MEMBERS}")
     folders = [storage.join(model, f"member_{i}") for i in range(members or 0)]
     # each config opened as a model's first (a pipe, a huge or missing file: refused as ever)
     configs = [ModelFolder(f, verify=False).config_path for f in folders] + [top.config_path]
@@ -149,7 +177,7 @@ def _reseal_checked(model: str, ensemble: bool) -> tuple[int | None, list[str]]:
     try:
         for folder in folders:
             reseal(folder)
-        names = reseal(model, ENSEMBLE if ensemble else CONFIG)
+        names = reseal(model, *own)
         (EnsembleModel if ensemble else StaticModel).load(model)  # what was sealed must load
     except Exception:
         for url, data in before.items():

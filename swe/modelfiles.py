@@ -123,11 +123,13 @@ def write_new_folder(path: str, files: dict[str, bytes]) -> None:
         raise
 
 
-def reseal(path: str, config_name: str = CONFIG) -> list[str]:
+def reseal(path: str, config_name: str = CONFIG, fmt: str = FORMAT,
+           version: int = FORMAT_VERSION) -> list[str]:
     """Trust a model folder as it is now: record the sizes and checksums of the files its
     ``config_name`` names, and the config's own checksum (for a folder saved by a swe without
-    them, or a ``config.json`` edited on purpose). The names of the files it sealed."""
-    folder = ModelFolder(path, version=FORMAT_VERSION, config_name=config_name, verify=False)
+    them, or a ``config.json`` edited on purpose). The names of the files it sealed.
+    ``fmt``, ``version``: the config's format (an ensemble's ``ensemble.json`` has its own)."""
+    folder = ModelFolder(path, fmt, version, config_name=config_name, verify=False)
     config = dict(folder.config)
     names = sorted(folder.files) if isinstance(folder.files, dict) else \
         [n for n in ("model.safetensors", "vocab.txt", config.get("tokenizer")) if n]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hostile import first_encode
 
 from swe.cli import main
+from swe.ensemble import EnsembleModel
+from swe.model import StaticModel
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -35,3 +39,33 @@ def test_a_rerun_judges_an_earlier_run_folder_by_content_not_by_name(tmp_path, c
     assert main([*args, "--dtype", "int8"]) == 0
     assert len(list(out.glob("v-*"))) == 1 and not first.exists()
     capsys.readouterr()
+
+
+def _ensemble(path):
+    words = ["the", "cat", "sat", "dog"]
+    members = [StaticModel.from_vectors(words, np.eye(4, dtype=np.float32) * (i + 1))
+               for i in range(2)]
+    EnsembleModel(members, [1, 2]).save(str(path))
+    return path
+
+
+def test_reseal_and_info_take_an_ensemble_and_a_failed_reseal_restores_every_config(
+        tmp_path, capsys):
+    """Round 15: ``swe reseal`` refused every ensemble (its ``ensemble.json`` was checked as a
+    model's config), and ``swe info`` called one "a saved model, not a model"."""
+    ens = _ensemble(tmp_path / "ens")
+    assert main(["reseal", str(ens)]) == 0
+    assert "resealed the ensemble" in capsys.readouterr().out
+    assert main(["info", str(ens)]) == 0
+    out = capsys.readouterr().out
+    assert "2 members, weights [1.0, 2.0]" in out and "member_1       dim 4, 4 words" in out
+    configs = [ens / "ensemble.json", ens / "member_0/config.json", ens / "member_1/config.json"]
+    before = [p.read_bytes() for p in configs]
+    cut = ens / "member_1/model.safetensors"
+    cut.write_bytes(cut.read_bytes()[:-9])  # sealed as it is, it would no longer load
+    assert main(["reseal", str(ens)]) != 0
+    assert "model.safetensors" in capsys.readouterr().err
+    assert [p.read_bytes() for p in configs] == before
+    (ens / "ensemble.json").write_text(json.dumps({**json.loads(before[0]), "members": 10**9}))
+    assert main(["reseal", str(ens)]) == 2
+    assert "members = 1000000000 should be 1 to 64" in capsys.readouterr().err
