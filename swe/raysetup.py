@@ -19,6 +19,7 @@ import select
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -223,7 +224,9 @@ def init_ray(**kwargs) -> None:
     if address:
         check_reachable(address)
         try:
-            ray.init(**kwargs)
+            with warnings.catch_warnings():  # the client's "connection timed out": said below
+                warnings.filterwarnings("ignore", "Ray Client connection timed out", UserWarning)
+                ray.init(**kwargs)
         except ConnectionError as e:  # e.g. a ray:// address whose client connection timed out
             raise ConnectionError(f"cannot join the cluster at RAY_ADDRESS={address} ({e}): "
                                   "fix RAY_ADDRESS, or unset it to start a local Ray") from None

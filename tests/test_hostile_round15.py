@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -11,9 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from hostile import first_encode
 
+from swe.build import load_config
+from swe.build.config import ConfigError
 from swe.cli import main
 from swe.ensemble import EnsembleModel
 from swe.model import StaticModel
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -69,3 +74,33 @@ def test_reseal_and_info_take_an_ensemble_and_a_failed_reseal_restores_every_con
     (ens / "ensemble.json").write_text(json.dumps({**json.loads(before[0]), "members": 10**9}))
     assert main(["reseal", str(ens)]) == 2
     assert "members = 1000000000 should be 1 to 64" in capsys.readouterr().err
+
+
+def test_a_refused_value_is_not_cross_checked_as_its_default(tmp_path):
+    """Round 15: ``selection.n = 0`` was refused, and then cross-checked as its default 100
+    ("selection.n = 100 > selection.candidates = 40"), a second, wrong line."""
+    with pytest.raises(ConfigError) as e:
+        load_config("pipelines/configs/quickstart.toml",
+                    ["selection.candidates=40", "selection.n=0"], output=str(tmp_path / "o"))
+    assert str(e.value).count("\n- ") == 1 and "selection.n = 0 should be >= 1" in str(e.value)
+    with pytest.raises(ConfigError, match=r"selection.n = 50 > selection.candidates = 40"):
+        load_config("pipelines/configs/quickstart.toml",
+                    ["selection.candidates=40", "selection.n=50"], output=str(tmp_path / "o"))
+
+
+@pytest.mark.parametrize("store", ["~", "~/store", "~nobody/store"])
+def test_a_path_starting_with_a_tilde_is_refused_not_made_a_folder_named_tilde(
+        tmp_path, monkeypatch, store):
+    """Round 15: ``extraction.store = "~"`` made a folder named ``~`` in the current directory
+    (TOML and ``--set`` values are not expanded by a shell)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"starts with '~', which only a shell expands"):
+        load_config(str(ROOT / "pipelines/configs/quickstart.toml"),
+                    [f"extraction.store='{store}'"], output=str(tmp_path / "o"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_store_commands_name_a_device_as_a_device(capsys):
+    """Round 15: ``swe store list /dev/null`` said "is a file"."""
+    assert main(["store", "list", "/dev/null"]) == 2
+    assert "/dev/null is a device, not a teacher store's folder" in capsys.readouterr().err

@@ -309,7 +309,8 @@ def _check_local_folder(path: str, store: str) -> None:
         raise StoreError(f"{store} cannot be opened ({e.strerror}): name a teacher store's "
                          "folder") from None
     if not stat.S_ISDIR(mode):
-        what = "a named pipe" if stat.S_ISFIFO(mode) else "a file"
+        what = ("a named pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode)
+                or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a file")
         raise StoreError(f"{store} is {what}, not a teacher store's folder")
 
 
