@@ -101,11 +101,12 @@ def _not_a_runs(output: str, name: str) -> list[str]:
     for file in sorted(fs.find(root)):
         rel = file.removeprefix(root)
         kind = _RUN_FILE.fullmatch(rel)
+        url = storage.join(output, name, rel)
         ours = kind is not None and (
             kind["temp"] is not None
-            or (kind["spec"] and _names_run(file, name.removeprefix(RUN_PREFIX)))
+            or (kind["spec"] and _names_run(url, name.removeprefix(RUN_PREFIX)))
             or (kind["receipt"] or kind["part"]) in receipts
-            or (kind["part"] and _is_a_part(file)))
+            or (kind["part"] and _is_a_part(url)))
         if not ours:
             foreign.append(rel)
     return foreign
