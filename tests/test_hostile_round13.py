@@ -259,19 +259,26 @@ def test_prune_never_deletes_a_file_that_is_not_the_stores(tmp_path, capsys):
     """Round 13: prune removed a user file kept in a namespace along with it, and the dry run
     did not count it. A namespace holding anything but its descriptor and row files stops the
     prune (the dry run too), named; nothing is removed."""
-    from swe.build.teacher.store import descriptor, list_store, open_namespace
+    from swe.build.teacher.store import (
+        descriptor,
+        list_store,
+        open_namespace,
+        sentence_key,
+        write_rows,
+    )
 
     store = tmp_path / "store"
     ns = open_namespace(str(store), descriptor("a" * 64, "torch", 512, 384))
     folder = Path(ns.url)
-    (folder / "b3").mkdir()
-    (folder / "b3" / "0-abc.parquet").write_bytes(b"PAR1")
-    (folder / "b3" / "0-abd.parquet.tmp-42-0badc0de").write_bytes(b"PA")  # a cut-short write
+    write_rows(ns, [(sentence_key("en", "a b"), "en", ["a", "b"], bytes(2 * 384 * 2),
+                     bytes(384 * 4))], 0)
+    (row,) = folder.glob("b*/*.parquet")
+    (row.parent / f"{row.name}.tmp-42-0badc0de").write_bytes(b"PA")  # a cut-short write
     (folder / "userfile.txt").write_text("mine")
     for extra in (["--dry-run"], []):
         assert main(["store", "prune", str(store), "--runtime", "torch", *extra]) == 2
         err = capsys.readouterr().err
-        assert "holds files that are not the store's (userfile.txt)" in err, err
+        assert "holds files that are not the store's, or are damaged (userfile.txt)" in err, err
     assert (folder / "userfile.txt").read_text() == "mine"
     (folder / "userfile.txt").unlink()
     assert main(["store", "prune", str(store), "--runtime", "torch"]) == 0

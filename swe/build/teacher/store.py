@@ -219,7 +219,6 @@ def unit_vectors(row: dict, dim: int) -> dict[str, np.ndarray]:
 
 def list_store(store: str) -> list[dict]:
     """One entry per namespace: its descriptor, rows, bytes, files, oldest and newest write."""
-    import pyarrow.parquet as pq
 
     fs, root = storage.filesystem(store)
     _check_marker(store)
@@ -236,31 +235,47 @@ def list_store(store: str) -> list[dict]:
             continue
         desc = _namespace_descriptor(url)
         infos = fs.find(storage.filesystem(url)[1], detail=True)
-        files = {k: v for k, v in infos.items() if k.endswith(".parquet")}
-        rows = 0
-        for name in files:
-            try:
-                with fs.open(name, "rb") as f:
-                    rows += pq.ParquetFile(f).metadata.num_rows
-            except Exception:
-                continue
-        stamps = [_mtime(v) for v in infos.values()]  # the namespace file counts as a write
         root_ns = storage.filesystem(url)[1].rstrip("/") + "/"
-        foreign = sorted(n for k in infos if not _STORE_FILE.fullmatch(
-            n := k.removeprefix(root_ns)))
+        rows, files, foreign = _judge_files(fs, infos, root_ns)
+        stamps = [_mtime(v) for v in infos.values()]  # the namespace file counts as a write
         out.append({"namespace": base, **{k: desc[k] for k in ("teacher_sha256", "runtime",
                                                                "max_tokens", "dim")},
-                    "sentences": rows, "bytes": sum(int(v["size"]) for v in files.values()),
+                    "sentences": rows, "bytes": sum(int(infos[k]["size"]) for k in files),
                     "files": len(files), "oldest": min(stamps, default=None),
                     "newest": max(stamps, default=None), "foreign": foreign})
     return out
 
 
-# What a namespace holds: its descriptor and the rows' Parquet files (and a cut-short atomic
-# write's temporary: storage.write_bytes_atomic), and the builds' uses of it (swe.lease.use_lease);
-# anything else is not the store's.
-_STORE_FILE = re.compile(rf"(_NAMESPACE\.json|b[0-9a-f]+/[^/]+\.parquet)({storage.ATOMIC_TEMP})?"
-                         rf"|{USE_FILE.pattern}")
+# What a namespace holds: its descriptor, the rows' Parquet files (named as Namespace.new_file
+# names them; a cut-short atomic write's temporary too: storage.write_bytes_atomic), and the
+# builds' uses of it (swe.lease.use_lease); anything else is not the store's.
+_STORE_FILE = re.compile(rf"(_NAMESPACE\.json|b[0-9a-f]/\d{{20}}-[0-9a-f]{{12}}\.parquet)"
+                         rf"({storage.ATOMIC_TEMP})?|{USE_FILE.pattern}")
+ROW_COLUMNS = ["key", "lang", "units", "vectors", "sentence", "check"]
+
+
+def _judge_files(fs: object, infos: dict, root: str) -> tuple[int, list[str], list[str]]:
+    """``(rows, row files, foreign files)`` of a namespace's listing, judged by name and, for a
+    row file, by content: Parquet with the store's columns (its footer only). A file named like
+    one that is not (a user's, or a damaged one) is foreign: prune never removes it."""
+    import pyarrow.parquet as pq
+
+    rows, files, foreign = 0, [], []
+    for name in sorted(infos):
+        rel = name.removeprefix(root)
+        if not _STORE_FILE.fullmatch(rel):
+            foreign.append(rel)
+        elif rel.endswith(".parquet"):
+            try:
+                with fs.open(name, "rb") as f:
+                    meta = pq.ParquetFile(f)
+                    if meta.schema_arrow.names != ROW_COLUMNS:
+                        raise ValueError("not a row file")
+                    rows += meta.metadata.num_rows
+                files.append(name)
+            except Exception:  # not Parquet, other columns, unreadable
+                foreign.append(rel)
+    return rows, files, foreign
 
 
 def restore_descriptor(ns: Namespace) -> None:
@@ -394,7 +409,7 @@ def prune(store: str, teacher: str | None = None, runtime: str | None = None,
                              "for the build to finish (nothing was removed)")
         if ns["foreign"]:
             raise StoreError(f"{storage.join(store, ns['namespace'])} holds files that are not "
-                             f"the store's ({', '.join(ns['foreign'][:3])}"
+                             f"the store's, or are damaged ({', '.join(ns['foreign'][:3])}"
                              f"{', ...' if len(ns['foreign']) > 3 else ''}); prune would delete "
                              "them: move them out of the store first (nothing was removed)")
     for ns in matched if not dry_run else []:
