@@ -10,7 +10,7 @@ import re
 
 from swe import storage
 
-__all__ = ["MANAGED", "holder_of", "kind_of", "refuse_inside", "swe_folder_around",
+__all__ = ["MANAGED", "file_kind", "holder_of", "kind_of", "refuse_inside", "swe_folder_around",
            "swe_folder_at_or_in"]
 
 _SWE_FORMAT = re.compile(rb'"format"\s*:\s*"swe-')
@@ -103,3 +103,15 @@ def refuse_inside(path: str, flag: str = "--output") -> None:
     if held:
         raise ValueError(f"{flag} {path} lies in {held}, whose files swe checksums, lists or "
                          "cleans: writing there would damage it; choose an output outside it")
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` that is no folder names, for a message: ``"a named pipe"``, ``"a
+    device"``, ``"a socket"`` or ``"a file"``."""
+    import stat
+
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "a file"

@@ -179,7 +179,7 @@ def _reseal_checked(model: str, ensemble: bool) -> tuple[int | None, list[str]]:
             reseal(folder)
         names = reseal(model, *own)
         (EnsembleModel if ensemble else StaticModel).load(model)  # what was sealed must load
-    except Exception:
+    except BaseException:  # a Ctrl-C too
         for url, data in before.items():
             storage.write_bytes_atomic(url, data)
         raise
@@ -291,7 +291,10 @@ def _dispatch(argv: list[str]) -> int:
     local = {"info": _info_main, "export": _export_main, "store": _store_main,
              "reseal": _reseal_main}
     if command in local:
-        return local[command](rest)
+        try:
+            return local[command](rest)
+        except KeyboardInterrupt as e:  # what was written is removed (export) or put back (reseal)
+            return failed(e, kept="" if command == "store" else "nothing was changed")
     if command not in JOBS:
         _top_parser().error(f"unknown command {command!r}; choose from "
                             f"{', '.join([*JOBS, *LOCAL])}")

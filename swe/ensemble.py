@@ -29,7 +29,11 @@ class EnsembleModel:
         models = list(models)
         if not models:
             raise ValueError("an ensemble needs at least one model")
-        weights = [1.0] * len(models) if weights is None else [float(w) for w in weights]
+        weights = [1.0] * len(models) if weights is None else list(weights)
+        if not all(isinstance(w, int | float | np.number) and not isinstance(w, bool)
+                   for w in weights):  # NaN in a JSON file is read back as None
+            raise ValueError(f"weights must be positive and finite numbers, got {weights}")
+        weights = [float(w) for w in weights]
         if len(weights) != len(models):
             raise ValueError(f"{len(weights)} weights for {len(models)} models")
         if not all(np.isfinite(w) and w > 0 for w in weights):

@@ -322,17 +322,19 @@ def refuse_utf16(path: str, head: bytes) -> None:
                          f"{convert_command(path, 'UTF-16')}) and pass that instead")
 
 
-def refuse_binary(path: str, head: bytes) -> None:
-    """Refuse, naming it, a text input whose first line (``head``) is not UTF-8 text: over 5%
-    control bytes, or over 30% invalid UTF-8 (binary data, or a legacy encoding). Other
-    checks would misjudge it: as old Mac line endings, say, or as garbage vectors."""
-    text = head.split(b"\n", 1)[0][:4096].decode("utf-8", errors="replace")
+def refuse_binary(path: str, head: bytes, lines: bool = False) -> None:
+    """Refuse, naming it, a text input whose first line (``head``; with ``lines``, all of
+    ``head``, line ends allowed) is not UTF-8 text: over 5% control bytes, or over 30% invalid
+    UTF-8 (binary data, or a legacy encoding). Other checks would misjudge it: as old Mac line
+    endings, say, or as garbage vectors."""
+    text = (head if lines else head.split(b"\n", 1)[0])[:4096].decode("utf-8", errors="replace")
     if len(text) < 16:
         return
-    controls = sum(c < " " and c not in "\t\r\f\v" for c in text)
+    controls = sum(c < " " and c not in "\t\r\f\v\n" for c in text)
     invalid = text.count("\ufffd")
     if controls > len(text) / 20 or invalid > len(text) * 0.3:
-        raise ValueError(f"{path} is not UTF-8 text: its first line is {controls + invalid} of "
+        where = "its first 4 KiB are" if lines else "its first line is"
+        raise ValueError(f"{path} is not UTF-8 text: {where} {controls + invalid} of "
                          f"{len(text)} control bytes or invalid UTF-8 (binary data, or another "
                          f"encoding: convert it, e.g. {convert_command(path, 'LATIN1')})")
 

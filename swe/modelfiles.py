@@ -32,7 +32,7 @@ import stat
 from typing import Any
 
 from swe import storage
-from swe.artifacts import kind_of
+from swe.artifacts import file_kind, kind_of
 
 __all__ = ["CLUSTER_FORMAT_VERSION", "CONFIG", "FLOAT_FORMAT_VERSION", "FORMAT", "FORMAT_VERSION",
            "INT8_FORMAT_VERSION", "MAX_FILE_BYTES", "ModelFileError", "ModelFolder", "confined",
@@ -210,8 +210,7 @@ def _not_a_folder(path: str, config_name: str) -> str:
     elif storage.is_local(path):
         with contextlib.suppress(OSError):
             mode = os.stat(path.removeprefix("file://")).st_mode
-            kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a device"
-                    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a file")
+            kind = file_kind(mode)
     return (f"{path} is {kind}, not a model folder: give the folder that holds "
             f"{config_name}{hint}")
 

@@ -66,9 +66,9 @@ def output_url(url: str, flag: str = "--output") -> str:
         raise ValueError(f"{flag} {url!r} holds a NUL byte: no path can; check how it was made")
     refuse_line_break(url, flag)
     if url.startswith("~"):
-        raise ValueError(f"{flag} {url} starts with '~', which only a shell expands (a config or "
-                         f"--set value is taken as written, a folder named '~'): write the full "
-                         f"path, e.g. {os.path.expanduser(url)} (or ./{url} for a folder so named)")
+        full = os.path.expanduser(url)
+        raise ValueError(f"{flag} {url} starts with '~', which only a shell expands: write "
+                         f"the full path{f', e.g. {full}' if full != url else ''} (or ./{url})")
     if not is_local(url):
         scheme, rest = url.split("://", 1)
         rest = rest.strip("/")

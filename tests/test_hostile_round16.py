@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+from hostile import tiny_model
 
 from swe.build.teacher.store import (
     descriptor,
@@ -15,6 +19,8 @@ from swe.build.teacher.store import (
     write_rows,
 )
 from swe.cli import main
+from swe.ensemble import EnsembleModel
+from swe.model import StaticModel
 
 
 def test_prune_judges_a_namespaces_row_files_by_content_not_by_name(tmp_path, capsys):
@@ -40,3 +46,75 @@ def test_prune_judges_a_namespaces_row_files_by_content_not_by_name(tmp_path, ca
         assert "holds files that are not the store's" in capsys.readouterr().err
     assert pq.read_table(folder / "bff" / "thesis.parquet").num_rows == 3
     assert pq.read_table(forged).num_rows == 1
+
+
+def test_a_socket_is_named_as_a_socket(tmp_path, capsys):
+    """Round 16: ``swe info``/``swe export`` on a Unix socket said "is a file"."""
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(tmp_path / "s"))
+        assert main(["info", str(tmp_path / "s")]) == 2
+        assert "s is a socket, not a model folder" in capsys.readouterr().err
+        assert main(["store", "list", str(tmp_path / "s")]) == 2
+        assert "s is a socket, not a teacher store's folder" in capsys.readouterr().err
+    finally:
+        sock.close()
+
+
+def test_a_tilde_path_of_no_user_offers_no_example_that_repeats_it(tmp_path, capsys):
+    """Round 16: ``--output '~x/y'`` was refused with "write the full path, e.g. ~x/y"."""
+    args = ["encode", "--model", str(tiny_model(tmp_path / "m")), "--input", "x.txt"]
+    assert main([*args, "--output", "~no-such-user-swe/y"]) == 2
+    err = capsys.readouterr().err
+    assert "write the full path (or ./~no-such-user-swe/y)" in err and "e.g." not in err
+    assert main([*args, "--output", "~/y"]) == 2
+    assert f"e.g. {os.path.expanduser('~/y')}" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_export_and_reseal_is_one_line_and_changes_nothing(tmp_path, monkeypatch,
+                                                                      capsys):
+    """Round 16: a Ctrl-C during ``swe export`` printed a traceback; a Ctrl-C during a reseal
+    could leave some configs resealed and others not."""
+    model = tiny_model(tmp_path / "m")
+    before = (model / "config.json").read_bytes()
+    with monkeypatch.context() as m:
+        m.setattr("swe.export.export_card", _interrupt)
+        assert main(["export", str(model), "--to", "model2vec", str(tmp_path / "x")]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: interrupted; nothing was changed; rerun the same command to resume"]
+    assert not (tmp_path / "x").exists()
+    real = __import__("swe.modelfiles", fromlist=["reseal"]).reseal
+    with monkeypatch.context() as m:
+        m.setattr("swe.modelfiles.reseal", lambda *a, **k: (real(*a, **k), _interrupt())[0])
+        assert main(["reseal", str(model)]) == 130
+    assert (model / "config.json").read_bytes() == before
+    capsys.readouterr()
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_an_ensemble_weight_read_back_as_none_is_named(tmp_path, capsys):
+    """Round 16: a NaN weight (``NaN`` in JSON, read back as ``None``) gave "float() argument
+    must be a string or a real number, not 'NoneType'"."""
+    model = StaticModel.load(str(tiny_model(tmp_path / "m")))
+    with pytest.raises(ValueError, match=r"weights must be positive and finite numbers, got "
+                                         r"\[None, 1.0\]"):
+        EnsembleModel([model, model], [None, 1.0])
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_binary_data_with_a_carriage_return_is_named_binary_not_old_mac_text(tmp_path, capsys):
+    """Round 16: a PNG given as text (first line ``\\x89PNG\\r``, too short to judge) was
+    blamed on old Mac line endings, with a ``tr`` command to convert the image."""
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    (tmp_path / "image.txt").write_bytes(png)
+    args = ["encode", "--model", str(tiny_model(tmp_path / "m")), "--input",
+            str(tmp_path / "image.txt"), "--output", str(tmp_path / "o")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "is not UTF-8 text: its first 4 KiB are" in err and "old Mac" not in err
+    (tmp_path / "mac.txt").write_bytes(b"the cat\rsat dog\r" * 40)  # real CR-only text
+    assert main([*args[:4], str(tmp_path / "mac.txt"), "--output", str(tmp_path / "o")]) == 2
+    assert "old Mac (CR-only) line endings" in capsys.readouterr().err

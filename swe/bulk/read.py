@@ -116,6 +116,8 @@ def _peek(path: str, cols: list[str], kind: str) -> None:
                     refuse_parquet(path, raw)
                 refuse_utf16(path, raw)
                 refuse_binary(path, raw)
+                with open_input(path) as head:  # a short first line is too little to judge
+                    refuse_binary(path, head.read(4096), lines=True)
                 if kind == "text" and b"\r" in raw.removesuffix(b"\r"):
                     raise lone_carriage_return(path, lineno)
                 if kind == "jsonl":

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from swe import storage
+from swe.artifacts import file_kind
 from swe.lease import USE_FILE, live_uses
 
 log = logging.getLogger("swe.build")
@@ -324,9 +325,7 @@ def _check_local_folder(path: str, store: str) -> None:
         raise StoreError(f"{store} cannot be opened ({e.strerror}): name a teacher store's "
                          "folder") from None
     if not stat.S_ISDIR(mode):
-        what = ("a named pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode)
-                or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a file")
-        raise StoreError(f"{store} is {what}, not a teacher store's folder")
+        raise StoreError(f"{store} is {file_kind(mode)}, not a teacher store's folder")
 
 
 def _namespace_descriptor(url: str) -> dict:
