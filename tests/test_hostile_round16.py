@@ -11,7 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from hostile import tiny_model
 
+from swe.build import build, load_config
+from swe.build.config import ConfigError
 from swe.build.teacher.store import (
+    StoreError,
     descriptor,
     list_store,
     open_namespace,
@@ -21,6 +24,8 @@ from swe.build.teacher.store import (
 from swe.cli import main
 from swe.ensemble import EnsembleModel
 from swe.model import StaticModel
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_prune_judges_a_namespaces_row_files_by_content_not_by_name(tmp_path, capsys):
@@ -118,3 +123,39 @@ def test_binary_data_with_a_carriage_return_is_named_binary_not_old_mac_text(tmp
     (tmp_path / "mac.txt").write_bytes(b"the cat\rsat dog\r" * 40)  # real CR-only text
     assert main([*args[:4], str(tmp_path / "mac.txt"), "--output", str(tmp_path / "o")]) == 2
     assert "old Mac (CR-only) line endings" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["refine.lr=1e308", "refine.tau=1e-320", "refine.clip=1e308"])
+def test_a_value_float32_cannot_hold_is_refused_before_any_work(tmp_path, key):
+    """Round 16: ``refine.lr=1e308`` passed validation and the refine stage died minutes later
+    with a traceback ("value cannot be converted to type float without overflow")."""
+    with pytest.raises(ConfigError, match=r"should be 0 or between 1.18e-38 and 3.4e\+38"):
+        load_config(str(ROOT / "pipelines/configs/quickstart.toml"),
+                    ["refine.objective='distill'", key], output=str(tmp_path / "o"))
+
+
+def test_a_finetune_learning_rate_beyond_any_use_is_refused(tmp_path, capsys):
+    """Round 16: ``swe finetune --table-lr 1e308`` died in training with a traceback."""
+    model = tiny_model(tmp_path / "m")
+    (tmp_path / "d.jsonl").write_text('{"text": "the cat", "label": "a"}\n' * 4)
+    assert main(["finetune", "--model", str(model), "--data", str(tmp_path / "d.jsonl"),
+                 "--output", str(tmp_path / "o"), "--table-lr", "1e308"]) == 2
+    assert "--table-lr must be a finite number >= 0 (0: the table stays frozen) and at most " \
+           "1000, got 1e+308" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_store_that_is_no_folder_is_named_and_a_refused_build_leaves_no_output(tmp_path):
+    """Round 16: ``extraction.store`` naming a device, a pipe or a file was "not empty: name an
+    empty or new folder", and the refused build left its new output folder behind, empty."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("mine")
+    for store, kind in [("/dev/null", "a device"), (tmp_path / "fifo", "a named pipe"),
+                        (tmp_path / "file", "a file")]:
+        cfg = load_config(str(ROOT / "pipelines/configs/quickstart.toml"),
+                          [f"extraction.store='{store}'", "extraction.runtime='torch'"],
+                          output=str(tmp_path / "out"))
+        with pytest.raises(StoreError, match=f"{store} is {kind}, not a folder"):
+            build(cfg, until="corpus")
+        assert not (tmp_path / "out").exists()
+    assert (tmp_path / "file").read_text() == "mine"

@@ -43,7 +43,8 @@ class BuildContext:
 
         out = storage.output_url(cfg.output)
         work = storage.join(out, "work")
-        made = storage.is_local(work) and not os.path.exists(storage.filesystem(work)[1])
+        made = [p for p in (out, work) if storage.is_local(p) and not os.path.exists(
+            storage.filesystem(p)[1])]  # the write probe's folders, removed if the build stops
         storage.check_writable(work)
         lease = use = None
         try:
@@ -59,9 +60,9 @@ class BuildContext:
             for held in (use, lease):
                 if held is not None:
                     held.release()
-            if made:  # the probe's folder, left empty in another run's output otherwise
+            for folder in reversed(made):  # empty: another run's output, or no output at all
                 with contextlib.suppress(OSError):
-                    os.rmdir(storage.filesystem(work)[1])
+                    os.rmdir(storage.filesystem(folder)[1])
             raise
 
     def onnx_model(self) -> Any:

@@ -59,11 +59,19 @@ def declared_type(f: dataclasses.Field) -> str:
     return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
+FLOAT32_TINY = 1.1754943508222875e-38  # its smallest normal number
+
+
 def _type_problem(kind: str, value: Any) -> str | None:
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "should be float"
-        return None if math.isfinite(value) else "should be a finite number"
+        if not math.isfinite(value):
+            return "should be a finite number"
+        return None if value == 0 or FLOAT32_TINY <= abs(value) <= FLOAT32_MAX else (
+            f"should be 0 or between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} in size: the "
+            "pipeline computes in float32, where it would be 0 or infinite")
     if kind == "int" and isinstance(value, float):
         return "should be int (a whole number, written without a decimal point)"
     if kind == "int" and isinstance(value, int) and not -(2**63) <= value < 2**63:

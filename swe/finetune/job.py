@@ -23,6 +23,7 @@ from swe.lease import LEASE_FILE, Lease
 __all__ = ["FinetuneReport", "finetune"]
 
 HEADS = ("linear", "mlp")
+MAX_LR = 1000.0  # a learning rate above it only makes the weights overflow (NaN, or float32 inf)
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,11 @@ def _check(job: FinetuneJob) -> None:
         raise ValueError(f"--eval-every must be >= 0 (0: once per epoch), got {job.eval_every}")
     for name, low in (("lr", 0.0), ("table_lr", -1.0)):
         value = getattr(job, name)
-        if not math.isfinite(value) or value <= low or (name == "table_lr" and value < 0):
+        if not math.isfinite(value) or value <= low or (name == "table_lr" and value < 0) or (
+                value > MAX_LR):
             raise ValueError(f"--{name.replace('_', '-')} must be a finite number "
-                             f"{'> 0' if name == 'lr' else '>= 0 (0: the table stays frozen)'}, "
-                             f"got {value}")
+                             f"{'> 0' if name == 'lr' else '>= 0 (0: the table stays frozen)'}"
+                             f" and at most {MAX_LR:g}, got {value}")
     if job.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {job.seed}")
     if job.dev is None and not 0 < job.dev_share < 1:

@@ -113,6 +113,9 @@ def open_namespace(store: str, desc: dict) -> Namespace:
     fs, root = storage.filesystem(store)
     marker = storage.join(store, MARKER)
     try:
+        if storage.is_local(store) and os.path.exists(root) and not os.path.isdir(root):
+            raise StoreError(f"extraction.store {store} is {file_kind(os.stat(root).st_mode)}, "
+                             "not a folder: name a teacher store's folder, or a new one")
         if fs.exists(root) and not fs.exists(storage.filesystem(marker)[1]) and (
                 fs.isfile(root) or fs.ls(root)):
             raise StoreError(f"extraction.store {store} is not a teacher store (no {MARKER}) "
