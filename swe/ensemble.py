@@ -32,7 +32,8 @@ class EnsembleModel:
         weights = [1.0] * len(models) if weights is None else list(weights)
         if not all(isinstance(w, int | float | np.number) and not isinstance(w, bool)
                    for w in weights):  # NaN in a JSON file is read back as None
-            raise ValueError(f"weights must be positive and finite numbers, got {weights}")
+            raise ValueError(f"weights must be positive and finite numbers, got {weights} (a NaN "
+                             "in a JSON file is read back as None)")
         weights = [float(w) for w in weights]
         if len(weights) != len(models):
             raise ValueError(f"{len(weights)} weights for {len(models)} models")

@@ -159,3 +159,23 @@ def test_a_store_that_is_no_folder_is_named_and_a_refused_build_leaves_no_output
             build(cfg, until="corpus")
         assert not (tmp_path / "out").exists()
     assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_a_build_that_saves_no_model_never_rewrites_an_earlier_models_card(tmp_path):
+    """Round 16: a refine that failed rewrote the previous good model's ``README.md`` with the
+    failed config (its hash, ``tau = 1e-320``); the weights were the old ones. A card is
+    written again only for a model saved since it was written."""
+    from swe.build.card import write_cards
+
+    out = tmp_path / "out"
+    tiny_model(out / "model")
+    old = load_config(str(ROOT / "pipelines/configs/quickstart.toml"), [], output=str(out))
+    new = load_config(str(ROOT / "pipelines/configs/quickstart.toml"), ["pca.dim=33"],
+                      output=str(out))
+    assert write_cards(str(out), old) == [str(out / "model" / "README.md")]
+    card = (out / "model" / "README.md").read_text()
+    assert write_cards(str(out), new) == []  # the model was not saved again: its card stays
+    assert (out / "model" / "README.md").read_text() == card
+    tiny_model(out / "model")  # saved again (by the new build): its card follows
+    assert write_cards(str(out), new) == [str(out / "model" / "README.md")]
+    assert (out / "model" / "README.md").read_text() != card

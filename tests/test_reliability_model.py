@@ -120,7 +120,7 @@ def test_interrupted_ensemble_overwrite_refuses_to_load(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("meta", "needle"), [
     ({"members": "two", "weights": [1]}, "members = 'two' has the wrong type"),
     ({"members": 10**9, "weights": [1]}, "members = 1000000000 should be 1 to 64"),
-    ({"members": 1, "weights": ["x"]}, "could not convert"),
+    ({"members": 1, "weights": ["x"]}, r"weights must be positive and finite numbers, got \['x'\]"),
     ({"weights": [1]}, "lacks the key 'members'"),
 ])
 def test_bad_ensemble_json_names_the_file(tmp_path, meta, needle):

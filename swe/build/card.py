@@ -204,9 +204,29 @@ def write_cards(output: str, cfg: BuildConfig, check: Callable[[], None] = lambd
             log.warning("model cards not written: %s", e)
             break
         try:
-            written.append(write_card(storage.join(output, step), step, cfg, corpus))
+            if not _card_is_current(storage.join(output, step)):
+                written.append(write_card(storage.join(output, step), step, cfg, corpus))
         except FileNotFoundError:  # this step was not built (yet)
             continue
         except (OSError, ValueError) as e:
             log.warning("model card for %s not written: %s", storage.join(output, step), e)
     return written
+
+
+def _card_is_current(model_dir: str) -> bool:
+    """Whether ``model_dir``'s card was written after its ``config.json`` (the last file a save
+    writes): a card is written again only for a model saved since, so a build that fails (or
+    stops) before it saves a step never re-describes, with its own config, a model an earlier
+    build made."""
+    fs, path = storage.filesystem(model_dir)
+    fs.invalidate_cache(path)
+    try:
+        card, config = fs.info(f"{path}/{CARD}"), fs.info(f"{path}/config.json")
+    except FileNotFoundError:
+        return False
+    return _mtime(card) >= _mtime(config)
+
+
+def _mtime(info: dict) -> float:
+    stamp = info.get("mtime") or info.get("LastModified") or 0
+    return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
