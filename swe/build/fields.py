@@ -67,11 +67,7 @@ def _type_problem(kind: str, value: Any) -> str | None:
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "should be float"
-        if not math.isfinite(value):
-            return "should be a finite number"
-        return None if value == 0 or FLOAT32_TINY <= abs(value) <= FLOAT32_MAX else (
-            f"should be 0 or between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} in size: the "
-            "pipeline computes in float32, where it would be 0 or infinite")
+        return None if math.isfinite(value) else "should be a finite number"
     if kind == "int" and isinstance(value, float):
         return "should be int (a whole number, written without a decimal point)"
     if kind == "int" and isinstance(value, int) and not -(2**63) <= value < 2**63:
@@ -124,4 +120,8 @@ def field_problem(f: dataclasses.Field, value: Any) -> str | None:
     share_ok = not meta.get("resource") or value == 0 or value >= RAY_UNIT
     if not lo_ok or not share_ok or ("max" in meta and value > meta["max"]):
         return f"should be {' and '.join(rules(meta))} ({meta.get('help', '')})"
+    if kind == "float" and value != 0 and math.isfinite(value) and not (
+            FLOAT32_TINY <= abs(value) <= FLOAT32_MAX):
+        return (f"should be 0 or between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} in size: the "
+                "pipeline computes in float32, where it would be 0 or infinite")
     return None
