@@ -10,8 +10,8 @@ import re
 
 from swe import storage
 
-__all__ = ["MANAGED", "file_kind", "holder_of", "kind_of", "refuse_inside", "swe_folder_around",
-           "swe_folder_at_or_in"]
+__all__ = ["MANAGED", "file_kind", "holder_of", "kind_of", "modified", "parquet_footer",
+           "refuse_inside", "swe_folder_around", "swe_folder_at_or_in"]
 
 _SWE_FORMAT = re.compile(rb'"format"\s*:\s*"swe-')
 # A file whose "format" names swe, and what its folder is then.
@@ -115,3 +115,24 @@ def file_kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "a socket" if stat.S_ISSOCK(mode) else "a file"
+
+
+def modified(info: dict) -> float:
+    """When a file was last written, in seconds, from an fsspec ``info`` dict (local or object
+    store)."""
+    stamp = info.get("mtime") or info.get("LastModified") or info.get("created") or 0
+    return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+
+
+def parquet_footer(url: str) -> tuple[list[str], int] | None:
+    """A Parquet file's column names and row count, from its footer only; ``None`` when ``url``
+    is not a readable Parquet file (another format, cut short, missing)."""
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(url)
+    try:
+        with fs.open(path, "rb") as f:
+            meta = pq.ParquetFile(f)
+            return meta.schema_arrow.names, meta.metadata.num_rows
+    except Exception:
+        return None

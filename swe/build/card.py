@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from swe import inputs, storage
+from swe.artifacts import modified
 from swe.modelfiles import ModelFolder
 
 if TYPE_CHECKING:
@@ -224,9 +225,4 @@ def _card_is_current(model_dir: str) -> bool:
         card, config = fs.info(f"{path}/{CARD}"), fs.info(f"{path}/config.json")
     except FileNotFoundError:
         return False
-    return _mtime(card) >= _mtime(config)
-
-
-def _mtime(info: dict) -> float:
-    stamp = info.get("mtime") or info.get("LastModified") or 0
-    return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+    return modified(card) >= modified(config)

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from swe import storage
-from swe.artifacts import refuse_inside, swe_folder_at_or_in
+from swe.artifacts import parquet_footer, refuse_inside, swe_folder_at_or_in
 from swe.lease import LEASE_FILE
 
 __all__ = ["FORMAT", "MANIFEST", "check_target", "find_receipts", "output_parts", "publish",
@@ -129,14 +129,8 @@ def _names_run(url: str, run: str) -> bool:
 
 def _is_a_part(url: str) -> bool:
     """Whether ``url`` is Parquet with the encoder's ``embedding`` column (its footer only)."""
-    import pyarrow.parquet as pq
-
-    fs, path = storage.filesystem(url)
-    try:
-        with fs.open(path, "rb") as f:
-            return "embedding" in pq.ParquetFile(f).schema_arrow.names
-    except Exception:  # not Parquet, cut short, unreadable: not a part this job wrote
-        return False
+    footer = parquet_footer(url)
+    return footer is not None and "embedding" in footer[0]
 
 
 def _run_dir(output: str, name: str, kind: str) -> bool:

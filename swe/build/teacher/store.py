@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from swe import storage
-from swe.artifacts import file_kind
+from swe.artifacts import file_kind, modified, parquet_footer
 from swe.lease import USE_FILE, live_uses
 
 log = logging.getLogger("swe.build")
@@ -223,7 +223,6 @@ def unit_vectors(row: dict, dim: int) -> dict[str, np.ndarray]:
 
 def list_store(store: str) -> list[dict]:
     """One entry per namespace: its descriptor, rows, bytes, files, oldest and newest write."""
-
     fs, root = storage.filesystem(store)
     _check_marker(store)
     out = []
@@ -240,8 +239,8 @@ def list_store(store: str) -> list[dict]:
         desc = _namespace_descriptor(url)
         infos = fs.find(storage.filesystem(url)[1], detail=True)
         root_ns = storage.filesystem(url)[1].rstrip("/") + "/"
-        rows, files, foreign = _judge_files(fs, infos, root_ns)
-        stamps = [_mtime(v) for v in infos.values()]  # the namespace file counts as a write
+        rows, files, foreign = _judge_files(url, infos, root_ns)
+        stamps = [modified(v) for v in infos.values()]  # the namespace file counts as a write
         out.append({"namespace": base, **{k: desc[k] for k in ("teacher_sha256", "runtime",
                                                                "max_tokens", "dim")},
                     "sentences": rows, "bytes": sum(int(infos[k]["size"]) for k in files),
@@ -258,27 +257,20 @@ _STORE_FILE = re.compile(rf"(_NAMESPACE\.json|b[0-9a-f]/\d{{20}}-[0-9a-f]{{12}}\
 ROW_COLUMNS = ["key", "lang", "units", "vectors", "sentence", "check"]
 
 
-def _judge_files(fs: object, infos: dict, root: str) -> tuple[int, list[str], list[str]]:
-    """``(rows, row files, foreign files)`` of a namespace's listing, judged by name and, for a
-    row file, by content: Parquet with the store's columns (its footer only). A file named like
-    one that is not (a user's, or a damaged one) is foreign: prune never removes it."""
-    import pyarrow.parquet as pq
-
+def _judge_files(url: str, infos: dict, root: str) -> tuple[int, list[str], list[str]]:
+    """``(rows, row files, foreign files)`` of namespace ``url``'s listing, judged by name and,
+    for a row file, by content: Parquet with the store's columns (its footer only). A file named
+    like one that is not (a user's, or a damaged one) is foreign: prune never removes it."""
     rows, files, foreign = 0, [], []
     for name in sorted(infos):
         rel = name.removeprefix(root)
-        if not _STORE_FILE.fullmatch(rel):
+        footer = parquet_footer(storage.join(url, rel)) if rel.endswith(".parquet") else None
+        if not _STORE_FILE.fullmatch(rel) or (rel.endswith(".parquet") and (
+                footer is None or footer[0] != ROW_COLUMNS)):
             foreign.append(rel)
-        elif rel.endswith(".parquet"):
-            try:
-                with fs.open(name, "rb") as f:
-                    meta = pq.ParquetFile(f)
-                    if meta.schema_arrow.names != ROW_COLUMNS:
-                        raise ValueError("not a row file")
-                    rows += meta.metadata.num_rows
-                files.append(name)
-            except Exception:  # not Parquet, other columns, unreadable
-                foreign.append(rel)
+        elif footer is not None:
+            rows += footer[1]
+            files.append(name)
     return rows, files, foreign
 
 
@@ -355,11 +347,6 @@ def _namespace_descriptor(url: str) -> dict:
                          f"{url} (its sentences are encoded again when a build needs them)"
                          ) from None
     return desc
-
-
-def _mtime(info: dict) -> float:
-    stamp = info.get("mtime") or info.get("LastModified") or info.get("created") or 0
-    return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
 
 
 MIN_AGE_DAYS = 1 / 24
