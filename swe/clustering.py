@@ -24,9 +24,9 @@ import numpy as np
 
 from swe import storage
 from swe.artifacts import refuse_inside
-from swe.lease import holds_others_files, lease_new_folder
 from swe.matrix import DTYPES, SCALES, TENSOR
 from swe.modelfiles import ModelFileError, ModelFolder
+from swe.new_folder import holds_others_files, lease_new_folder
 
 __all__ = ["ClusterReport", "quantize_model"]
 
@@ -239,7 +239,9 @@ def quantize_model(model: str, out: str, clusters: int, *, dtype: str = "float16
                          f" got {exact!r}")
     tokenizer = ModelFolder(model).config.get("tokenizer")
     writes = [*WRITES, *([re.escape(tokenizer)] if isinstance(tokenizer, str) else [])]
-    with lease_new_folder(out, "quantize", _not_empty, writes=writes):  # one writer
+    with lease_new_folder(out, "quantize", _not_empty, writes=writes) as lease:  # one writer
+        copied = ["vocab.txt", *([tokenizer] if isinstance(tokenizer, str) else [])]
+        lease.record_files({n: storage.read_bytes(storage.join(model, n)) for n in copied})
         return _cluster(model, out, src, clusters, dtype, scale, seed, iterations, tolerance,
                         exact)
 

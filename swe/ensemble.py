@@ -41,7 +41,8 @@ class EnsembleModel:
             raise ValueError(f"weights must be positive and finite, got {weights}")
         self.models = models
         self.weights = weights
-        self._scale = np.asarray(weights, dtype=np.float32) / np.sqrt(np.sum(np.square(weights)))
+        w = np.asarray(weights, dtype=np.float64) / max(weights)  # no square over/underflows
+        self._scale = (w / np.sqrt(np.sum(np.square(w)))).astype(np.float32)
 
     @property
     def dim(self) -> int:

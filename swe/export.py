@@ -31,9 +31,9 @@ from safetensors.numpy import save as st_save
 from swe import storage
 from swe.artifacts import refuse_inside
 from swe.export_card import export_card
-from swe.lease import holds_others_files, lease_new_folder
 from swe.model import PREFIX_MIN, StaticModel
 from swe.modelfiles import write_new_folder
+from swe.new_folder import holds_others_files, lease_new_folder
 from swe.text import INVISIBLE, has_unspaced_script, is_punctuation, words
 
 __all__ = ["CHECK_LINES", "MARK", "SAMPLE", "TARGETS", "Agreement", "ExportArrays", "ExportError",
@@ -406,8 +406,8 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
         model = StaticModel.load(model)
     t0 = time.perf_counter()
     with lease_new_folder(out, f"export to {to}", _not_empty,
-                          writes=[re.escape(name) for name in WRITES[to]]):
-        agree = _write(model, to, out, table_lines, measure)
+                          writes=[re.escape(name) for name in WRITES[to]]) as lease:
+        agree = _write(model, to, out, table_lines, measure, lease.record_files)
     if report is not None and agree is not None:
         report(f"{agree.line()} (export took {time.perf_counter() - t0:.1f} s; "
                f"recorded in {storage.join(out, 'README.md')})")
@@ -416,9 +416,11 @@ def export(model: str | os.PathLike | StaticModel, to: str, out: str | os.PathLi
     return result
 
 
-def _write(model: StaticModel, to: str, out: str, table_lines: int,
-           measure: bool) -> Agreement | None:
-    """Export ``model`` into ``out``; the agreement measured (``None``: not measured)."""
+def _write(model: StaticModel, to: str, out: str, table_lines: int, measure: bool,
+           record: Callable[[dict[str, bytes]], None]) -> Agreement | None:
+    """Export ``model`` into ``out``; the agreement measured (``None``: not measured).
+    ``record`` is told every file's bytes before they are written (the lease keeps their
+    checksums, by which a rerun knows a killed export's files)."""
     arrays = export_arrays(model, table_lines)
     agree = agreement(model, arrays) if measure else None
     tok_json = arrays.tokenizer().to_str().encode("utf-8")
@@ -426,6 +428,7 @@ def _write(model: StaticModel, to: str, out: str, table_lines: int,
              else _st_files(tok_json, arrays))
     files["README.md"] = export_card(model, to, arrays, agree)
     assert set(files) == set(WRITES[to])
+    record(files)
     entries = {n: files.pop(n) for n in ENTRY_FILES if n in files}
     # the entry files last: a folder cut short (a killed export) has none, so no library loads it
     write_new_folder(out, {**files, **entries})

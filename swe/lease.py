@@ -31,13 +31,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from swe import storage
 
-__all__ = ["LEASE_FILE", "USES", "Lease", "LeaseHeldError", "LeaseLostError",
-           "holds_others_files", "lease_new_folder", "live_uses", "use_lease"]
+__all__ = ["LEASE_FILE", "USES", "Lease", "LeaseHeldError", "LeaseLostError", "live_uses",
+           "use_lease"]
 
 log = logging.getLogger("swe.lease")
 
@@ -102,6 +102,7 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.lost: str | None = None
         self.took_over: dict[str, Any] | None = None  # the stale lease this one replaced
+        self._writing = threading.Lock()  # the heartbeat and record_files write one file
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._record = {"owner": _user(), "host": socket.gethostname(), "pid": os.getpid(),
@@ -207,7 +208,7 @@ class Lease:
         if storage.is_local(self.url):
             os.makedirs(os.path.dirname(self.url), exist_ok=True)
             tmp = f"{self.url}.{self.token}.tmp"
-            with open(tmp, "wb") as f:
+            with _removed_on_error(tmp), open(tmp, "wb") as f:  # a full disk leaves no file
                 f.write(self._payload())
             try:  # whole or not at all, and only where no lease is: a hard link of the file
                 os.link(tmp, self.url)
@@ -257,13 +258,23 @@ class Lease:
 
     def _write_over(self, data: bytes) -> None:
         """Replace the lease file whole (readers never see half of it)."""
-        if storage.is_local(self.url):
-            tmp = f"{self.url}.{self.token}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.url)
-        else:
-            storage.write_bytes(self.url, data)
+        with self._writing:
+            if storage.is_local(self.url):
+                tmp = f"{self.url}.{self.token}.tmp"
+                with _removed_on_error(tmp), open(tmp, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, self.url)
+            else:
+                storage.write_bytes(self.url, data)
+
+    def record_files(self, files: dict[str, bytes]) -> None:
+        """Record in the lease the checksum and size of each file (by path under the output)
+        the run is about to write: the rerun that takes over a killed run's lease removes such
+        a file only when it still holds those bytes, never a file someone wrote under its name
+        since."""
+        facts = {rel: [hashlib.sha256(data).hexdigest(), len(data)] for rel, data in files.items()}
+        self._record["files"] = {**self._record.get("files", {}), **facts}
+        self._write_over(self._payload())
 
     def check(self) -> None:
         """Raise :class:`LeaseLostError` when another run took this lease over."""
@@ -284,77 +295,18 @@ class Lease:
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy shipped to a worker holds the facts, not the heartbeat thread."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_stop", "_thread")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_stop", "_thread", "_writing")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _stop=threading.Event(), _thread=None)
+        self.__dict__.update(state, _stop=threading.Event(), _thread=None,
+                             _writing=threading.Lock())
 
     def __enter__(self) -> Lease:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def _entries_besides_lease(output: str) -> list[str]:
-    """The entries of ``output`` that are not a lease's own files (none when it is missing;
-    ``[output]`` when it is a file)."""
-    fs, path = storage.filesystem(output)
-    fs.invalidate_cache(path)
-    if not fs.exists(path):
-        return []
-    if not fs.isdir(path):
-        return [path]
-    return [n for n in fs.ls(path) if not n.rstrip("/").rsplit("/", 1)[-1].startswith(LEASE_FILE)]
-
-
-def holds_others_files(output: str) -> bool:
-    """Whether ``output`` holds entries besides a lease, other than what the run that holds
-    (or held) its lease declared it writes: the early "new or empty" check of
-    :func:`lease_new_folder`'s users, which judges a killed run's leftovers under the lease."""
-    entries = _entries_besides_lease(output)
-    return bool(entries) and not _killed_runs_own(output, entries, Lease(output).holder())
-
-
-@contextlib.contextmanager
-def lease_new_folder(output: str, purpose: str, refused: Callable[[str], Exception],
-                     writes: Sequence[str] = ()) -> Iterator[Lease]:
-    """Hold ``output``'s lease while the block writes a new folder there, so two runs into one
-    new folder never both write: ``refused(output)`` is raised unless the folder is new or
-    empty, judged again under the lease (its own file, or a killed run's, aside). When the
-    block fails, what it wrote is removed, and the folder too when it was new.
-
-    ``writes``: regular expressions of the paths (under the folder) of every file the block
-    may write, recorded in the lease. A run killed while writing leaves its lease; the rerun
-    that takes it over removes what the killed run left when every file there is one it
-    declared (or a temporary of one): anything else, a user's file in a declared folder
-    included, refuses the rerun."""
-    fs, path = storage.filesystem(output)
-    new = not fs.exists(path)
-    lease = Lease(output, purpose=purpose, writes=writes).acquire()
-    left = _entries_besides_lease(output)
-    if left and _killed_runs_own(output, left, lease.took_over):
-        log.warning("removing %s from %s: the partial output of a killed run (%s)",
-                    ", ".join(n.rstrip("/").rsplit("/", 1)[-1] for n in left), output,
-                    lease.describe(lease.took_over))
-        for name in left:
-            fs.rm(name, recursive=True)
-        left = []
-    if left:
-        lease.release()
-        raise refused(output)
-    try:
-        yield lease
-    except BaseException:
-        with contextlib.suppress(OSError):  # the first error is the one to report
-            for name in _entries_besides_lease(output):  # the block's own: there were none
-                fs.rm(name, recursive=True)
-        lease.release()
-        if new and storage.is_local(output):
-            with contextlib.suppress(OSError):  # not empty: another run's since the release
-                os.rmdir(path)
-        raise
-    lease.release()
 
 
 def use_lease(folder: str, purpose: str) -> Lease:
@@ -382,21 +334,15 @@ def live_uses(folder: str) -> list[str]:
     return live
 
 
-def _killed_runs_own(output: str, entries: list[str], record: dict[str, Any] | None) -> bool:
-    """Whether every file under the entries (recursively) is one the killed run of ``record``
-    declared it writes (a pattern of ``writes`` matching its path under ``output``), or one of
-    their temporaries (:func:`storage.write_bytes_atomic`'s ``NAME.tmp-<pid>-<hex>``)."""
-    declared = record.get("writes") if record else None
-    if not isinstance(declared, list) or not declared:
-        return False
+@contextlib.contextmanager
+def _removed_on_error(path: str) -> Iterator[None]:
+    """Remove ``path`` (a temporary) when the block fails."""
     try:
-        pattern = re.compile("|".join(rf"(?:{w})(?:{storage.ATOMIC_TEMP})?" for w in declared))
-    except (re.error, TypeError):
-        return False
-    fs, path = storage.filesystem(output)
-    root = path.rstrip("/") + "/"
-    files = [f for entry in entries for f in (fs.find(entry) if fs.isdir(entry) else [entry])]
-    return all(pattern.fullmatch(f.removeprefix(root)) for f in files)
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        raise
 
 
 def _lock_path(url: str) -> str:

@@ -239,6 +239,10 @@ def _missing(path: str, config_name: str) -> str:
     if storage.is_local(path) and not os.path.lexists(path):
         return f"no swe model at {path}: no such file or folder (check the path)"
     kind = kind_of(path) if storage.is_local(path) else ""
+    if kind and os.path.isfile(os.path.join(path, "ensemble.json")):
+        return (f"{path} is an ensemble (ensemble.json), not one model: this command takes one "
+                f"model, e.g. a member ({storage.join(path, 'member_0')}); an ensemble encodes "
+                "in Python (swe.EnsembleModel.load) and in swe evaluate")
     if kind:
         return f"{path} is {kind.replace('the ', 'a ', 1)}, not a model: name a model's folder"
     return (f"no swe model at {path}: {config_name} is missing (was the save interrupted? save "

@@ -412,7 +412,10 @@ def user_error(e: BaseException) -> BaseException:
         seen = inner
     if isinstance(seen, tuple(_USER_ERRORS.values())):
         message = str(seen.args[0]) if seen.args else str(seen)
-        return type(seen)(message.split("\n", 1)[0])  # without Ray Data's retry hint
+        try:
+            return type(seen)(message.split("\n", 1)[0])  # without Ray Data's retry hint
+        except TypeError:  # e.g. UnicodeEncodeError, made of five arguments
+            return ValueError(str(seen).split("\n", 1)[0])
     # An actor's error arrives as text only (its cause is not kept): the first "Type: message"
     # line of the remote traceback is the original error.
     found = re.search(r"^(?:\w+\.)*(" + "|".join(_USER_ERRORS) + r"): (.+)$", str(e), re.M)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hostile import first_encode, tiny_model
 
@@ -173,13 +174,19 @@ def test_finetune_never_deletes_a_user_file_in_its_outputs_work_runs(tmp_path):
 
 
 def _killed_run(output: Path) -> Path:
-    """What a killed ``swe finetune`` leaves (as listed during a real run)."""
+    """What a killed ``swe finetune`` leaves (as listed during a real run, with its content:
+    round 17 judges it by that too)."""
+    import json
+
+    from safetensors.numpy import save_file
+
     run = output / "work" / "runs" / "finetune-0123456789ab"
-    (run / "checkpoint_2026-11-28_07-37-31.086605").mkdir(parents=True)
-    for name in (".validate_storage_marker", "checkpoint_manager_snapshot.json",
-                 "checkpoint_2026-11-28_07-37-31.086605/state.json",
-                 "checkpoint_2026-11-28_07-37-31.086605/state.safetensors"):
-        (run / name).write_text("{}")
+    ckpt = run / "checkpoint_2026-11-28_07-37-31.086605"
+    ckpt.mkdir(parents=True)
+    (run / ".validate_storage_marker").touch()
+    (run / "checkpoint_manager_snapshot.json").write_text(json.dumps({"ray_version": "2.60.0"}))
+    (ckpt / "state.json").write_text(json.dumps({"step": 20, "epoch": 1}))
+    save_file({"head": np.zeros((2, 2), np.float32)}, str(ckpt / "state.safetensors"))
     return run
 
 

@@ -3,6 +3,7 @@ half-written folder, and the minor ones (one test each, beside round 10's file).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -103,19 +104,26 @@ def test_a_killed_new_folder_writers_leftovers_are_cleared_and_nothing_else(tmp_
     import logging
     import subprocess
 
-    from swe.lease import holds_others_files, lease_new_folder
+    from swe.new_folder import holds_others_files, lease_new_folder
 
     dead = subprocess.Popen(["true"])
     dead.wait()
 
     def killed(folder: Path, writes: list[str] | None, files: list[str]) -> Path:
+        """A killed quantize's folder: its lease records the vocabulary it copies (round 17:
+        a declared file is removed only when its content is the run's)."""
         folder.mkdir()
         record = {"host": os.uname().nodename, "pid": dead.pid, "heartbeat": 1e12, "token": "t",
-                  "purpose": "quantize", **({"writes": writes} if writes else {})}
+                  "purpose": "quantize", **({"writes": writes} if writes else {}),
+                  "files": {"vocab.txt": [hashlib.sha256(b"the\n").hexdigest(), 4]}}
         (folder / "_LEASE.json").write_text(json.dumps(record))
         for name in files:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text("x")
+            if name.endswith(".npz"):
+                np.savez(folder / name, clusters=np.zeros(2))
+            else:  # the vocabulary; a cut temporary of the safetensors (its header's start)
+                cut = b"\x10" + bytes(7) + b'{"'
+                (folder / name).write_bytes(b"the\n" if name == "vocab.txt" else cut)
         return folder
 
     writes = [r"vocab\.txt", r"model\.safetensors", r"config\.json",
@@ -131,8 +139,11 @@ def test_a_killed_new_folder_writers_leftovers_are_cleared_and_nothing_else(tmp_
     assert not any(out.iterdir())
     for name, writes_, files in (("user", writes, [*left, "notes.txt"]),  # round 14: in a
                                  ("nested", writes, [*left, "_quantize_work/notes.txt"]),  # folder
-                                 ("build", None, ["vocab.txt"])):
+                                 ("build", None, ["vocab.txt"]),
+                                 ("named", writes, ["vocab.txt"])):  # round 17: its content
         out = killed(tmp_path / name, writes_, files)
+        if name == "named":
+            (out / "vocab.txt").write_text("my vocab list")
         assert holds_others_files(str(out))
         with (pytest.raises(FileExistsError),
               lease_new_folder(str(out), "quantize", FileExistsError, writes=writes)):

@@ -228,3 +228,46 @@ def test_refine_hash_names_the_optimizer_and_keeps_the_dense_runs_hash(tmp_path)
               r.workers, r.shuffle_buffer)  # the fields hashed before the option existed
     assert refine.hash_fields(dense, "minilm") == before
     assert refine.hash_fields(sparse, "minilm") == (*before, ("optimizer", "sparse"))
+
+
+def test_reruns_never_remove_a_users_file_from_work_and_check_a_reused_split(tmp_path, corpus,
+                                                                             prepared):
+    """Hostile round 17: a rerun after a kill removed, judged by name only, a user's files in an
+    earlier refine run's folder (and a user folder named ``refine-*``), in extraction's
+    ``sums/`` and in train_data's splits. Each is now judged by content and refused, named,
+    and kept. And a ``refine.batch_size`` above the rows of a reused train_data is one line,
+    not a traceback from Ray Train."""
+    out = tmp_path / "b"
+    shutil.copytree(prepared[0], out)
+    rows = prepared[1]["train_data"].train_rows
+    with pytest.raises(ValueError, match=rf"only {rows} training rows \(work/train_data, done\) "
+                                         "for refine.batch_size = 5000"):
+        build(_cfg(out, corpus, [*SELECTED, "refine.batch_size=5000"]))
+
+    mine = out / "work/refine/runs/refine-abc/mine.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    with pytest.raises(FileExistsError, match=r"refine-abc holds 1 file.*mine\.txt"):
+        build(_cfg(out, corpus, SELECTED))
+    assert mine.read_text() == "mine"
+    shutil.rmtree(mine.parent)
+
+    work = out / "work"
+    for marker in ("extraction/_DONE.json", "extraction/_shards/assemble.json",
+                   "train_data/_DONE.json"):  # the state a kill leaves
+        (work / marker).unlink()
+    for reduce in (work / "extraction/_shards").glob("reduce-*.json"):
+        reduce.unlink()
+    users = [work / "extraction/sums/mine.txt", work / "train_data/train/mine.txt"]
+    for path in users:
+        path.write_text("mine")
+    with pytest.raises(FileExistsError, match=r"sums holds 1 file\(s\) swe did not write "
+                                              r"\(mine\.txt\)"):
+        build(_cfg(out, corpus, SELECTED), until="extraction")
+    assert users[0].read_text() == "mine"
+    users[0].unlink()
+    with pytest.raises(FileExistsError, match=r"train holds 1 file.*mine\.txt"):
+        build(_cfg(out, corpus, SELECTED), until="train_data")
+    assert users[1].read_text() == "mine"
+    users[1].unlink()
+    assert build(_cfg(out, corpus, SELECTED), until="train_data")["train_data"].train_rows == rows

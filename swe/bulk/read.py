@@ -207,7 +207,22 @@ def _text_rows(path: str, fmt: str, cols: list[str]) -> Iterator[tuple[list, boo
                 yield [line.removesuffix("\r")], bad, 0
             else:
                 values, non_text = _record(path, lineno, line, cols)
-                yield values, bad, lineno if non_text else 0
+                values, lone = _without_lone_surrogates(values)
+                yield values, bad or lone, lineno if non_text else 0
+
+
+def _without_lone_surrogates(values: list) -> tuple[list, bool]:
+    """The values with each lone surrogate of a string (valid JSON: ``"\\ud800"``, never valid
+    UTF-8) made U+FFFD, as invalid UTF-8 is; whether there was one."""
+    out, lone = [], False
+    for v in values:
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                v, lone = v.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), True
+        out.append(v)
+    return out, lone
 
 
 def _text_chunks(desc: dict, cols: list[str], part_rows: int, skip: set

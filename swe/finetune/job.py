@@ -19,6 +19,7 @@ from swe import storage
 from swe.artifacts import refuse_inside
 from swe.finetune.train import FinetuneJob, train_loop
 from swe.lease import LEASE_FILE, Lease
+from swe.leftovers import foreign_files
 
 __all__ = ["FinetuneReport", "finetune"]
 
@@ -105,8 +106,9 @@ def _check_output(job: FinetuneJob) -> None:
 
 def _not_a_killed_runs(fs: Any, work: str, local: bool) -> list[str]:
     """What under ``work`` is not what a killed run leaves (:data:`_KILLED_RUN`), by path under
-    the output, each entry a real file or folder: not a link, which the cleanup would delete
-    through. Empty when ``work`` is a killed run's."""
+    the output, each entry a real file or folder (not a link, which the cleanup would delete
+    through) whose content is a run's (:func:`swe.leftovers.foreign_files`). Empty when
+    ``work`` is a killed run's."""
     def real(url: str, folder: bool) -> bool:
         kind = fs.isdir(url) if folder else fs.isfile(url)
         return kind and not (local and os.path.islink(url))
@@ -124,7 +126,8 @@ def _not_a_killed_runs(fs: Any, work: str, local: bool) -> list[str]:
                 found += odd(full, inner, f"{at}/{name}")
         return found
 
-    return odd(work, _KILLED_RUN, "work")
+    found = odd(work, _KILLED_RUN, "work")
+    return found or [f"work/{rel}" for rel in foreign_files(work)]  # by content too
 
 
 def _inspect(path: str, text_column: str, label_column: str, share: float = 0.0,

@@ -38,6 +38,7 @@ from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, Progress, actor_count, node_id, remote, run_sharded
 from swe.build.teacher.extractor import FIXED_POINT, Extractor, align, part_key, to_fixed
 from swe.build.teacher.runtime import RUNTIMES
+from swe.leftovers import remove_leftovers
 from swe.resources import Request
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ def _serve_from_store(ctx: BuildContext, st: StageDir, offsets: dict[str, int], 
     from swe.build.teacher.store_lookup import lookup_bucket, split_requests
 
     for sub in ("req", "miss", "sums", "targets", "_shards"):
-        storage.remove_tree(st.path(sub))
+        remove_leftovers(st.path(sub), "a store build's extraction starts over")
     req = st.path("req", attempt)
     split = remote(split_requests, 512 * MiB, "extraction (store keys)", "selection parts")
     run_sharded(st, [(f"keys-{i:05d}", lambda u=u: split.remote(u, req))
@@ -304,7 +305,7 @@ def drop_stale(st: StageDir, keep: list[str]) -> None:
     for sub in (st.path("sums"), targets_url(st.dir)):
         for name in storage.child_names(sub):
             if name not in keep:
-                storage.remove_tree(storage.join(sub, name))
+                remove_leftovers(storage.join(sub, name), "it is a killed extraction's")
 
 
 def _extract(ctx: BuildContext, st: StageDir, offsets: dict[str, int], total: int, p: int,

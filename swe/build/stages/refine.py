@@ -31,6 +31,7 @@ from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import MiB, remote
 from swe.build.training.progress import relay
 from swe.build.training.trainer import TrainJob, train_loop
+from swe.leftovers import remove_leftovers
 from swe.model import StaticModel
 from swe.resources import Request
 
@@ -228,6 +229,11 @@ def hash_fields(cfg: BuildConfig, teacher: str) -> tuple:
 def run(ctx: BuildContext, st: StageDir, done: Mapping[str, StageResult]) -> Result:
     """Train (or resume the run named by this stage's hash), save step 3 and the curves."""
     r = ctx.cfg.refine
+    rows = done["train_data"].train_rows
+    if rows < r.batch_size:  # train_data checks this when it runs; a reused one did not
+        raise ValueError(f"only {rows} training rows (work/train_data, done) for "
+                         f"refine.batch_size = {r.batch_size}: lower refine.batch_size, or use "
+                         "more corpus or pairs")
     runs, name = runs_folder(r.storage, ctx.cfg.output) or st.path("runs"), \
         f"refine-{st.config_hash}"
     _remove_other_runs(runs, name)
@@ -271,7 +277,8 @@ def _remove_other_runs(runs: str, keep: str) -> None:
         if name.startswith("refine-") and name != keep:
             log.warning("[refine] removing the checkpoints of an earlier refine run %s (its "
                         "config differs from this run's %s)", name, keep)
-            storage.remove_tree(storage.join(runs, name))
+            remove_leftovers(storage.join(runs, name),
+                             f"it is an earlier refine run's (its config differs from {keep})")
 
 
 # -- the driver side ---------------------------------------------------------------------------

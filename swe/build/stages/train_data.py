@@ -43,6 +43,7 @@ from swe.build.pairs.splits import split_last, where
 from swe.build.shuffle import shuffle_key
 from swe.build.stage import LogPhrases, Section, StageResult
 from swe.build.tasks import actor_count, run_sharded
+from swe.leftovers import remove_leftovers
 
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
@@ -218,7 +219,7 @@ def _write(ctx: BuildContext, ds: Any, split: str) -> int:
     """Add teacher embeddings if the objective needs them and extraction did not write them;
     write ``split``'s shards; rows."""
     url = ctx.work(NAME, split)
-    storage.remove_tree(url)
+    remove_leftovers(url, f"the {split} split is written again")
     if needs_teacher(ctx.cfg) and not writes_targets(ctx.cfg):
         ds = _with_teacher(ctx, ds)
     fs, path = storage.pyarrow_filesystem(url)

@@ -38,7 +38,8 @@ import numpy as np
 
 from swe import storage
 from swe.artifacts import file_kind, modified, parquet_footer
-from swe.lease import USE_FILE, live_uses
+from swe.lease import USE_FILE, Lease, live_uses
+from swe.leftovers import is_swes_file
 
 log = logging.getLogger("swe.build")
 
@@ -258,20 +259,30 @@ ROW_COLUMNS = ["key", "lang", "units", "vectors", "sentence", "check"]
 
 
 def _judge_files(url: str, infos: dict, root: str) -> tuple[int, list[str], list[str]]:
-    """``(rows, row files, foreign files)`` of namespace ``url``'s listing, judged by name and,
-    for a row file, by content: Parquet with the store's columns (its footer only). A file named
-    like one that is not (a user's, or a damaged one) is foreign: prune never removes it."""
+    """``(rows, row files, foreign files)`` of namespace ``url``'s listing, judged by name and
+    content (a row file by its footer: Parquet with the store's columns). A file named like one
+    that is not (a user's, or a damaged one) is foreign: prune never removes it."""
     rows, files, foreign = 0, [], []
     for name in sorted(infos):
         rel = name.removeprefix(root)
         footer = parquet_footer(storage.join(url, rel)) if rel.endswith(".parquet") else None
-        if not _STORE_FILE.fullmatch(rel) or (rel.endswith(".parquet") and (
-                footer is None or footer[0] != ROW_COLUMNS)):
+        if not _STORE_FILE.fullmatch(rel) or not _is_the_stores(url, rel, footer):
             foreign.append(rel)
         elif footer is not None:
             rows += footer[1]
             files.append(name)
     return rows, files, foreign
+
+
+def _is_the_stores(url: str, rel: str, footer: tuple | None) -> bool:
+    """Whether ``rel``, named as the store names its files, holds what the store writes there:
+    a row file the store's columns, a use a swe lease, a descriptor or a temporary their first
+    bytes (:func:`swe.leftovers.is_swes_file`)."""
+    if rel.endswith(".parquet"):
+        return footer is not None and footer[0] == ROW_COLUMNS
+    if USE_FILE.fullmatch(rel):
+        return "foreign" not in (Lease(url, file=rel).holder() or {"foreign": "gone"})
+    return is_swes_file(storage.join(url, rel))
 
 
 def restore_descriptor(ns: Namespace) -> None:
