@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 
 from swe import storage
 
@@ -124,11 +125,25 @@ def modified(info: dict) -> float:
     return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
 
 
+def is_regular(url: str) -> bool:
+    """Whether ``url`` is a regular file (not a link, a pipe, a socket, a device, a folder);
+    an object store holds nothing else, so any object there is."""
+    if not storage.is_local(url):
+        return True
+    try:
+        return stat.S_ISREG(os.lstat(url.removeprefix("file://")).st_mode)
+    except OSError:
+        return False
+
+
 def parquet_footer(url: str) -> tuple[list[str], int] | None:
     """A Parquet file's column names and row count, from its footer only; ``None`` when ``url``
-    is not a readable Parquet file (another format, cut short, missing)."""
+    is not a readable Parquet file (another format, cut short, missing, not a regular file:
+    a named pipe would block the read)."""
     import pyarrow.parquet as pq
 
+    if not is_regular(url):
+        return None
     fs, path = storage.filesystem(url)
     try:
         with fs.open(path, "rb") as f:

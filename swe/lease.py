@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from swe import storage
+from swe.artifacts import is_regular
 
 __all__ = ["LEASE_FILE", "USES", "Lease", "LeaseHeldError", "LeaseLostError", "live_uses",
            "use_lease"]
@@ -117,6 +118,9 @@ class Lease:
         lease whole, so one that does not parse is somebody else's file)."""
         fs, path = storage.filesystem(self.url)
         fs.invalidate_cache(path)  # never judge by a cached listing of the output (s3fs)
+        if storage.is_local(self.url) and os.path.exists(self.url) and not os.path.isdir(
+                self.url) and not is_regular(self.url):
+            return {"foreign": "not a regular file"}  # a named pipe would block the read
         try:
             info = json.loads(storage.read_bytes(self.url).decode("utf-8"))
         except FileNotFoundError:

@@ -12,6 +12,7 @@ import os
 import re
 
 from swe import storage
+from swe.artifacts import is_regular
 
 __all__ = ["foreign_files", "is_swes_file", "remove_leftovers"]
 
@@ -44,7 +45,10 @@ def _is_swes(name: str, head: bytes, size: int) -> bool:
 
 
 def is_swes_file(url: str) -> bool:
-    """Whether the file at ``url`` is one swe writes, judged by its name and first bytes."""
+    """Whether the file at ``url`` is one swe writes, judged by its name and first bytes (never
+    a link, a named pipe or a device: swe writes regular files)."""
+    if not is_regular(url):
+        return False
     fs, path = storage.filesystem(url)
     with fs.open(path, "rb") as f:
         head = f.read(64)
@@ -61,8 +65,8 @@ def _files(url: str) -> tuple[dict[str, int], list[str]]:
         for name in [*dirs, *names]:
             path = os.path.join(folder, name)
             rel = os.path.relpath(path, root)
-            if os.path.islink(path):
-                links.append(rel)
+            if os.path.islink(path) or (name in names and not is_regular(path)):
+                links.append(rel)  # a link, a named pipe, a socket, a device: never swe's
             elif name in names:
                 files[rel] = os.path.getsize(path)
     return files, links

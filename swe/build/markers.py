@@ -170,7 +170,7 @@ class StageDir:
         not write (not in ``marker``'s list): a user's, which stop the build, named."""
         recorded = marker.get("files")
         foreign = sorted(set(storage.file_sizes(self.dir)) - set(recorded) - {"_DONE.json"}) \
-            if isinstance(recorded, dict) and recorded else []
+            if isinstance(recorded, dict) else []  # {}: the stage wrote no file there
         if foreign:
             raise FileExistsError(
                 f"{self.dir} holds {len(foreign)} file(s) the {self.name} stage did not write "

@@ -1,0 +1,60 @@
+"""Hostile round 18's cases (one test each)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from swe.build.markers import StageDir
+from swe.build.teacher.store import descriptor, list_store, open_namespace, sentence_key, write_rows
+from swe.lease import Lease
+from swe.leftovers import foreign_files
+
+
+def _returns_within(seconds: float, fn, *args):
+    """``fn(*args)``, failing (not hanging) when it blocks: a named pipe opened for reading
+    waits for a writer for ever."""
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(fn(*args)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"{fn.__name__} blocked (it opened a named pipe?)"
+    return out[0]
+
+
+def test_a_stage_that_wrote_no_file_in_its_folder_never_removes_one_found_there(tmp_path):
+    """Round 18: ``work/pca/``'s ``_DONE.json`` lists no file (the stage writes none there), and
+    an empty list skipped the check: a rerun with ``pca.dim`` changed deleted a user's file and
+    folder there."""
+    stage = StageDir(str(tmp_path), "pca", "old")
+    Path(stage.dir).mkdir(parents=True)
+    stage.write_marker({})
+    (Path(stage.dir) / "notes.txt").write_text("mine")
+    (Path(stage.dir) / "mine").mkdir()
+    (Path(stage.dir) / "mine" / "x.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"holds 2 file\(s\) the pca stage did not write"):
+        StageDir(str(tmp_path), "pca", "new").clear_if_stale()
+    assert (Path(stage.dir) / "mine" / "x.txt").read_text() == "mine"
+
+
+def test_a_named_pipe_among_leftovers_or_store_rows_is_foreign_not_a_hang(tmp_path):
+    """Round 18: a named pipe named like a wave's sums (``x.npz``) or a store row file hung the
+    rerun and ``swe store list``/``prune``: each opened it to read its first bytes."""
+    wave = tmp_path / "sums" / "wave00001-abc"
+    wave.mkdir(parents=True)
+    os.mkfifo(wave / "x.npz")
+    assert _returns_within(20, foreign_files, str(wave)) == ["x.npz"]
+    store = tmp_path / "store"
+    ns = open_namespace(str(store), descriptor("a" * 64, "torch", 512, 384))
+    write_rows(ns, [(sentence_key("en", "a b"), "en", ["a", "b"], bytes(2 * 384 * 2),
+                     bytes(384 * 4))], 0)
+    fifo = Path(ns.url) / "b0" / f"{1:020d}-0123456789ab.parquet"
+    fifo.parent.mkdir(exist_ok=True)
+    os.mkfifo(fifo)
+    [entry] = _returns_within(20, list_store, str(store))
+    assert entry["foreign"] == [f"b0/{1:020d}-0123456789ab.parquet"] and entry["sentences"] == 1
+    os.mkfifo(tmp_path / "_LEASE.json")  # a lease file that is a pipe: not a swe lease
+    assert _returns_within(20, Lease(str(tmp_path)).holder) == {"foreign": "not a regular file"}
