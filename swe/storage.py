@@ -1,9 +1,8 @@
 """All I/O: paths as fsspec URLs (local and ``s3://`` behave the same), input files in every
 format and compression, Parquet, numpy archives, tokenizers, and pyarrow filesystems for Ray.
 
-Credentials and endpoints come from the environment (``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``), never from configs or logs. Named ``storage``
-rather than ``io`` so it never shadows the standard library's ``io``.
+Credentials and endpoints come from the environment (``AWS_*``), never from configs or logs.
+Named ``storage`` rather than ``io`` so it never shadows the standard library's ``io``.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ log = logging.getLogger("swe.storage")
 
 __all__ = ["ATOMIC_TEMP", "absolute", "access_hint", "check_bucket", "check_writable",
            "child_names", "data_path", "filesystem", "find", "fingerprint", "is_local", "join",
-           "load_npz",
-           "load_tokenizer", "naming", "output_url", "overlaps", "pyarrow_filesystem",
+           "load_npz", "load_tokenizer", "naming", "output_url", "overlaps", "pyarrow_filesystem",
            "read_bytes", "read_parquet", "read_text", "refuse_file_output", "refuse_line_break",
            "remove_tree", "save_npz", "within", "write_bytes", "write_bytes_atomic",
            "write_parquet"]
@@ -289,8 +287,11 @@ def naming(url: str, action: str) -> Iterator[None]:
 
 
 def read_bytes(url: str) -> bytes:
-    """Whole file as bytes; ``FileNotFoundError``/``PermissionError`` naming ``url``."""
+    """Whole file as bytes; ``FileNotFoundError``/``PermissionError`` naming ``url``, and an
+    ``OSError`` for a named pipe or a device, which would block or never end."""
     fs, path = filesystem(url)
+    if is_local(url) and os.path.exists(path) and not (os.path.isdir(path) or os.path.isfile(path)):
+        raise OSError(f"{url} is not a regular file (a named pipe or a device): name a file")
     with naming(url, "reading"), fs.open(path, "rb") as f:
         return f.read()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from swe import storage
 from swe.build.markers import StageDir
 from swe.build.teacher.store import descriptor, list_store, open_namespace, sentence_key, write_rows
 from swe.lease import Lease
@@ -15,14 +16,23 @@ from swe.leftovers import foreign_files
 
 
 def _returns_within(seconds: float, fn, *args):
-    """``fn(*args)``, failing (not hanging) when it blocks: a named pipe opened for reading
-    waits for a writer for ever."""
+    """``fn(*args)`` (or its error), failing, not hanging, when it blocks: a named pipe opened
+    for reading waits for a writer for ever."""
     out: list = []
-    worker = threading.Thread(target=lambda: out.append(fn(*args)), daemon=True)
+
+    def call() -> None:
+        try:
+            out.append((fn(*args), None))
+        except Exception as e:
+            out.append((None, e))
+
+    worker = threading.Thread(target=call, daemon=True)
     worker.start()
     worker.join(seconds)
     assert not worker.is_alive(), f"{fn.__name__} blocked (it opened a named pipe?)"
-    return out[0]
+    if out[0][1] is not None:
+        raise out[0][1]
+    return out[0][0]
 
 
 def test_a_stage_that_wrote_no_file_in_its_folder_never_removes_one_found_there(tmp_path):
@@ -56,5 +66,8 @@ def test_a_named_pipe_among_leftovers_or_store_rows_is_foreign_not_a_hang(tmp_pa
     os.mkfifo(fifo)
     [entry] = _returns_within(20, list_store, str(store))
     assert entry["foreign"] == [f"b0/{1:020d}-0123456789ab.parquet"] and entry["sentences"] == 1
+    os.mkfifo(tmp_path / "marker")  # any file swe reads whole (a store's marker, a descriptor)
+    with pytest.raises(OSError, match="is not a regular file"):
+        _returns_within(20, storage.read_bytes, str(tmp_path / "marker"))
     os.mkfifo(tmp_path / "_LEASE.json")  # a lease file that is a pipe: not a swe lease
     assert _returns_within(20, Lease(str(tmp_path)).holder) == {"foreign": "not a regular file"}
