@@ -6,6 +6,7 @@ writes one row per input row, and bad input is one line before any work."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -100,11 +101,26 @@ def test_a_killed_train_worker_resumes_to_the_same_bytes(files, sst2, tmp_path):
         assert (out / name).read_bytes() == (sst2[1] / name).read_bytes(), name
 
 
-def test_multi_label_jsonl_and_encode_predict(files, sst2, tmp_path):
+def test_multi_label_jsonl_and_encode_predict(files, sst2, tmp_path, caplog):
+    """Also (hostile round 18): a file someone writes into ``work/`` while the run trains is
+    kept at the end, with a warning; the run's own ``work/`` is removed otherwise (above)."""
     from swe.bulk import EncodeOptions, encode_files, read_output
 
-    report = finetune(str(files / "glove"), str(files / "trec.jsonl"), str(tmp_path / "trec"),
-                      head="mlp", hidden=32, epochs=2)
+    notes = tmp_path / "trec" / "work" / "notes.txt"
+
+    def write_notes_once_training():
+        deadline = time.time() + 300
+        while not (tmp_path / "trec" / "work" / "runs").is_dir() and time.time() < deadline:
+            time.sleep(0.05)
+        notes.write_text("mine")
+
+    writer = threading.Thread(target=write_notes_once_training)
+    writer.start()
+    with caplog.at_level(logging.WARNING, logger="swe.finetune.job"):
+        report = finetune(str(files / "glove"), str(files / "trec.jsonl"), str(tmp_path / "trec"),
+                          head="mlp", hidden=32, epochs=2)
+    writer.join()
+    assert notes.read_text() == "mine" and "the run did not write (work/notes.txt)" in caplog.text
     clf = StaticClassifier.load(tmp_path / "trec")
     assert clf.multi_label and report.multi_label and len(clf.layers) == 2
     got = clf.predict(["How far is it from Denver to Aspen ?", "Who wrote Hamlet ?"])

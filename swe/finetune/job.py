@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -19,7 +20,9 @@ from swe import storage
 from swe.artifacts import refuse_inside
 from swe.finetune.train import FinetuneJob, train_loop
 from swe.lease import LEASE_FILE, Lease
-from swe.leftovers import foreign_files
+from swe.leftovers import foreign_files, remove_leftovers
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FinetuneReport", "finetune"]
 
@@ -127,7 +130,9 @@ def _not_a_killed_runs(fs: Any, work: str, local: bool) -> list[str]:
         return found
 
     found = odd(work, _KILLED_RUN, "work")
-    return found or [f"work/{rel}" for rel in foreign_files(work)]  # by content too
+    scheme = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
+    url = work if local else f"{scheme}://{work}"
+    return found or [f"work/{rel}" for rel in foreign_files(url)]  # by content too
 
 
 def _inspect(path: str, text_column: str, label_column: str, share: float = 0.0,
@@ -212,11 +217,24 @@ def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
     with Lease(job.output, purpose="finetune"):  # one writer; checked again once held
         _check_output(job)
         state = _train(job, max_failures)
-        storage.remove_tree(storage.join(job.output, "work"))
+        _remove_work(job.output)
     best = min(state["history"], key=lambda h: h["dev_loss"])
     return FinetuneReport(job.output, state["labels"], state["multi_label"], state["step"],
                           best["step"], round(best["dev_loss"], 5), round(best["dev_acc"], 2),
                           state["resumed_at"], round(time.perf_counter() - t0, 1))
+
+
+def _remove_work(output: str) -> None:
+    """Remove the finished run's ``work/``, unless it holds files the run did not write (put
+    there while it trained): then it is kept, with a warning naming them."""
+    work = storage.join(output, "work")
+    fs, path = storage.filesystem(work)
+    odd = _not_a_killed_runs(fs, path, storage.is_local(work))
+    if odd:
+        log.warning("kept %s: it holds files the run did not write (%s); remove it when they "
+                    "are safe elsewhere", work, ", ".join(odd[:3]))
+    else:
+        storage.remove_tree(work)
 
 
 def _train(job: FinetuneJob, max_failures: int) -> dict:
@@ -230,8 +248,8 @@ def _train(job: FinetuneJob, max_failures: int) -> dict:
     runs = storage.join(job.output, "work", "runs")
     name = _run_name(job)
     for old in storage.child_names(runs) if _exists(runs) else []:
-        if old != name:
-            storage.remove_tree(storage.join(runs, old))  # another config's killed run
+        if old != name:  # another config's killed run
+            remove_leftovers(storage.join(runs, old), "it is another finetune config's run")
     fs, path = storage.pyarrow_filesystem(runs)
     fit(TorchTrainer(
         train_loop, train_loop_config={"job": job},
