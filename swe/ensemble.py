@@ -29,6 +29,8 @@ class EnsembleModel:
         models = list(models)
         if not models:
             raise ValueError("an ensemble needs at least one model")
+        if len(models) > MAX_MEMBERS:  # what load accepts, so a save loads again
+            raise ValueError(f"an ensemble takes at most {MAX_MEMBERS} models, got {len(models)}")
         weights = [1.0] * len(models) if weights is None else list(weights)
         if not all(isinstance(w, int | float | np.number) and not isinstance(w, bool)
                    for w in weights):  # NaN in a JSON file is read back as None

@@ -258,8 +258,13 @@ def check_reachable(address: str, timeout: float = JOIN_TIMEOUT_S) -> None:
     import socket
     import time
 
-    if address in ("auto", "local") or "://" in address:
+    if address in ("auto", "local") or address.startswith("ray://"):
         return
+    if "://" in address:  # Ray reads another scheme as a module's name (a cluster provider)
+        web = " (an http:// address is a dashboard's, for ray job submit)" \
+            if address.startswith(("http://", "https://")) else ""
+        raise ConnectionError(f"RAY_ADDRESS={address} is not HOST:PORT or ray://HOST:PORT (e.g. "
+                              f"10.0.0.5:6379){web}; fix it, or unset it to start a local Ray")
     host, _, port = address.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")  # [::1]:6379, an IPv6 address
     if not host or not port.isdigit() or not 0 < int(port) < 65536:

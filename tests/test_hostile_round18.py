@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -71,3 +72,29 @@ def test_a_named_pipe_among_leftovers_or_store_rows_is_foreign_not_a_hang(tmp_pa
         _returns_within(20, storage.read_bytes, str(tmp_path / "marker"))
     os.mkfifo(tmp_path / "_LEASE.json")  # a lease file that is a pipe: not a swe lease
     assert _returns_within(20, Lease(str(tmp_path)).holder) == {"foreign": "not a regular file"}
+
+
+def test_an_ensemble_of_more_members_than_load_takes_is_refused_when_made(tmp_path):
+    """Round 18: ``EnsembleModel([m] * 65).save(p)`` wrote a folder that ``load`` and ``swe
+    reseal`` then refused ("members = 65 should be 1 to 64")."""
+    import numpy as np
+
+    from swe.ensemble import MAX_MEMBERS, EnsembleModel
+    from swe.model import StaticModel
+
+    model = StaticModel.from_vectors(["a", "b"], np.eye(2, dtype=np.float32))
+    with pytest.raises(ValueError, match="an ensemble takes at most 64 models, got 65"):
+        EnsembleModel([model] * (MAX_MEMBERS + 1))
+    EnsembleModel([model] * MAX_MEMBERS).save(str(tmp_path / "e"))
+    assert len(EnsembleModel.load(str(tmp_path / "e")).models) == MAX_MEMBERS
+
+
+@pytest.mark.parametrize("address, hint", [("garbage::://", ""),
+                                           ("http://127.0.0.1:8265", "a dashboard's")])
+def test_a_ray_address_with_a_scheme_ray_does_not_join_is_named(address, hint):
+    """Round 18: ``RAY_ADDRESS=garbage::://`` gave Ray's "Module: garbage:: does not exist"."""
+    from swe.raysetup import check_reachable
+
+    with pytest.raises(ConnectionError, match=rf"RAY_ADDRESS={re.escape(address)} is not "
+                                              rf"HOST:PORT or ray://HOST:PORT.*{hint}"):
+        check_reachable(address)
