@@ -97,8 +97,7 @@ def _killed_runs_own(output: str, entries: list[str], record: dict[str, Any] | N
     if pattern is None:
         return False
     known = record.get("files") if isinstance(record.get("files"), dict) else {}
-    root = storage.filesystem(output)[1].rstrip("/")
-    return all(pattern.fullmatch(rel) and _written_by_it(f"{root}/{rel}", rel, known)
+    return all(pattern.fullmatch(rel) and _written_by_it(storage.join(output, rel), rel, known)
                for rel in _files_under(output, entries))
 
 

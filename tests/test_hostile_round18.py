@@ -98,3 +98,31 @@ def test_a_ray_address_with_a_scheme_ray_does_not_join_is_named(address, hint):
     with pytest.raises(ConnectionError, match=rf"RAY_ADDRESS={re.escape(address)} is not "
                                               rf"HOST:PORT or ray://HOST:PORT.*{hint}"):
         check_reachable(address)
+
+
+def test_a_killed_exports_files_on_s3_are_judged_by_their_recorded_checksums(s3, caplog):
+    """Round 18: on ``s3://``, the rerun of a killed export read its files through a local path
+    ("no such file: bucket/…/README.md"). A file under a declared name is the killed run's only
+    when its bytes are those the run recorded in its lease; anything else refuses the rerun."""
+    import hashlib
+    import json
+
+    from swe.new_folder import lease_new_folder
+
+    def killed(name: str, readme: bytes) -> str:
+        out = f"{s3}/r18/{name}"
+        record = {"host": "elsewhere", "pid": 1, "heartbeat": 0, "token": "t",
+                  "purpose": "export to model2vec", "writes": [r"README\.md"],
+                  "files": {"README.md": [hashlib.sha256(b"# card\n").hexdigest(), 7]}}
+        storage.write_bytes(f"{out}/_LEASE.json", json.dumps(record).encode())
+        storage.write_bytes(f"{out}/README.md", readme)
+        return out
+
+    out = killed("user", b"my own notes")
+    with pytest.raises(FileExistsError), lease_new_folder(out, "export", FileExistsError,
+                                                          writes=[r"README\.md"]):
+        pass
+    assert storage.read_bytes(f"{out}/README.md") == b"my own notes"
+    out = killed("own", b"# card\n")
+    with lease_new_folder(out, "export", FileExistsError, writes=[r"README\.md"]):
+        assert storage.child_names(out) == ["_LEASE.json"]
