@@ -126,3 +126,24 @@ def test_a_killed_exports_files_on_s3_are_judged_by_their_recorded_checksums(s3,
     out = killed("own", b"# card\n")
     with lease_new_folder(out, "export", FileExistsError, writes=[r"README\.md"]):
         assert storage.child_names(out) == ["_LEASE.json"]
+
+
+def test_the_command_starts_before_numpy_so_an_early_ctrl_c_is_one_line():
+    """Round 18: a Ctrl-C in the first 0.3 s of any ``swe`` command was a traceback from
+    ``from swe.cli import main``, which imported numpy and the model through ``swe``'s
+    ``__init__``. Those are imported on first use now: ``swe.cli`` loads in milliseconds, and
+    ``main`` turns a Ctrl-C into one line. ``swe.StaticModel`` still works as before."""
+    import subprocess
+    import sys
+
+    code = ("import sys, swe.cli\n"
+            "assert 'numpy' not in sys.modules, 'swe.cli imports numpy'\n"
+            "import swe\n"
+            "from swe import EnsembleModel, StaticClassifier\n"
+            "assert swe.StaticModel.__module__ == 'swe.model' and EnsembleModel and "
+            "StaticClassifier\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        import swe
+
+        swe.Nope  # noqa: B018
