@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from swe import storage
+from swe.artifacts import is_regular
 from swe.lease import LEASE_FILE, Lease
 from swe.leftovers import is_swes_file
 
@@ -105,6 +106,8 @@ def _written_by_it(url: str, rel: str, known: dict) -> bool:
     """Whether a declared file is the killed run's by content: the bytes it recorded it was
     about to write (:meth:`Lease.record_files`; a temporary of one: no longer than those), or a
     kind whose first bytes show it (:func:`swe.leftovers.is_swes_file`)."""
+    if not is_regular(url):  # a named pipe would block the read; swe writes regular files
+        return False
     base = re.sub(rf"{storage.ATOMIC_TEMP}$", "", rel)
     fact = known.get(base)
     if isinstance(fact, list) and len(fact) == 2:

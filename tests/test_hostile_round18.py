@@ -147,3 +147,41 @@ def test_the_command_starts_before_numpy_so_an_early_ctrl_c_is_one_line():
         import swe
 
         swe.Nope  # noqa: B018
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_named_pipes_in_an_old_encode_run_or_a_killed_exports_folder_never_block(tmp_path,
+                                                                                  caplog):
+    """Round 18: a named pipe named like a part (``9-9.parquet``) or a receipt in an earlier
+    encode run's folder hung the rerun after it published; one named ``tokenizer.json`` in a
+    killed export's folder hung the export's rerun. Each is foreign now, never opened."""
+    import json
+
+    from hostile import first_encode
+
+    from swe.cli import main
+    from swe.new_folder import lease_new_folder
+
+    args, out = first_encode(tmp_path)
+    [old] = [p for p in out.iterdir() if p.name.startswith("v-")]
+    os.mkfifo(old / "9-9.parquet")
+    (old / "_receipts").mkdir(exist_ok=True)
+    os.mkfifo(old / "_receipts" / "9-9.json")
+    assert _returns_within(120, main, [*args, "--dim", "2"]) == 0
+    assert "9-9.parquet" in caplog.text and (old / "9-9.parquet").exists()
+
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "_LEASE.json").write_text(json.dumps(
+        {"host": "elsewhere", "pid": 1, "heartbeat": 0, "token": "t", "purpose": "export",
+         "writes": [r"tokenizer\.json"], "files": {"tokenizer.json": ["0" * 64, 2]}}))
+    os.mkfifo(folder / "tokenizer.json")
+
+    def rerun() -> None:
+        with lease_new_folder(str(folder), "export", FileExistsError,
+                              writes=[r"tokenizer\.json"]):
+            pass
+
+    with pytest.raises(FileExistsError):
+        _returns_within(20, rerun)
+    assert (folder / "tokenizer.json").exists()

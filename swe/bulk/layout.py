@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from swe import storage
-from swe.artifacts import parquet_footer, refuse_inside, swe_folder_at_or_in
+from swe.artifacts import is_regular, parquet_footer, refuse_inside, swe_folder_at_or_in
 from swe.lease import LEASE_FILE
 
 __all__ = ["FORMAT", "MANIFEST", "check_target", "find_receipts", "output_parts", "publish",
@@ -192,7 +192,8 @@ def find_receipts(output: str, run: str) -> dict[str, dict]:
         return {}
     sizes = {os.path.basename(k): v["size"] for k, v in fs.find(root, detail=True).items()
              if k.endswith(".parquet")}
-    names = [p for p in fs.find(f"{root}/_receipts") if p.endswith(".json")]
+    names = [p for p in fs.find(f"{root}/_receipts") if p.endswith(".json")
+             and (not storage.is_local(output) or is_regular(p))]  # a pipe would block
     blobs = fs.cat(names) if names else {}
     out = {}
     for blob in blobs.values():
