@@ -24,6 +24,7 @@ import numpy as np
 
 from swe import storage
 from swe.artifacts import refuse_inside
+from swe.leftovers import foreign_files
 from swe.matrix import DTYPES, SCALES, TENSOR
 from swe.modelfiles import ModelFileError, ModelFolder
 from swe.new_folder import holds_others_files, lease_new_folder
@@ -299,6 +300,17 @@ def _initial(seed_task: Any, src: _Source, blocks: list, clusters: int, seed: in
     return np.concatenate(ray.get(refs)).astype(np.float32)
 
 
+def _remove_scratch(work: str) -> None:
+    """Remove the scratch folder, unless someone put a file there meanwhile: then it is kept,
+    with a warning naming it (the blocks are ``.npz``, judged by name and first bytes)."""
+    foreign = foreign_files(work)
+    if foreign:
+        log.warning("kept %s: it holds files quantize did not write (%s)", work,
+                    ", ".join(foreign[:3]))
+    else:
+        storage.remove_tree(work)
+
+
 def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndarray,
             dtype: str, scale: str, task: Any, facts: dict) -> ClusterReport:
     """The last pass (indices and norms written by the tasks) and the folder, written by one
@@ -316,7 +328,7 @@ def _finish(model: str, out: str, src: _Source, blocks: list, centroids: np.ndar
         written = ray.get(task(_write_task).remote(model, out, work, [a for a, _ in blocks],
                                                    centroids, dtype, scale, recorded))
     finally:  # a half-written output is removed by lease_new_folder
-        storage.remove_tree(work)
+        _remove_scratch(work)
     return ClusterReport(out, src.words, src.dim, facts["clusters"], dtype, facts["passes"],
                          round(cos / src.words, 6), facts["empty_clusters"],
                          facts["source_bytes"], written,
