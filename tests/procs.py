@@ -17,10 +17,16 @@ import time
 # run and a killed worker are seen sooner. Like the two above, latency only: no result changes.
 # Ray Train's preemption watcher (one more actor process per run, ~1.5 CPU-s here) watches for
 # cloud nodes about to be reclaimed; the tests' nodes never are, and no test depends on it.
+# Ray's log monitor globs the session's log folder every 0.1 s while it holds under 1,000 files;
+# a session Ray's worker logs reach several hundred, and the glob cost 0.97 CPU-s per 30 s with
+# 327 files, 0.32 with a glob every 5 s (the rest is reading the open files). It forwards worker
+# output to the driver, which swe's local Ray turns off (log_to_driver), and nothing in the tests
+# reads Ray's log stream: latency only, like the others.
 WARM_WORKERS = {"RAY_num_workers_soft_limit": "8",
                 "RAY_idle_worker_killing_time_threshold_ms": "60000",
                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
-                "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+                "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+                "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "5"}
 
 
 def own_env() -> dict[str, str]:
