@@ -15,6 +15,7 @@ import sys
 from typing import IO
 
 from swe.commands import failed, quiet_broken_pipe
+from swe.signals import shielded
 
 __all__ = ["ArgumentParser", "HelpFormatter", "command_parser", "info", "main"]
 
@@ -179,9 +180,10 @@ def _reseal_checked(model: str, ensemble: bool) -> tuple[int | None, list[str]]:
             reseal(folder)
         names = reseal(model, *own)
         (EnsembleModel if ensemble else StaticModel).load(model)  # what was sealed must load
-    except BaseException:  # a Ctrl-C too
-        for url, data in before.items():
-            storage.write_bytes_atomic(url, data)
+    except BaseException:  # a Ctrl-C too; a second one must not cut the putting back
+        with shielded():
+            for url, data in before.items():
+                storage.write_bytes_atomic(url, data)
         raise
     return members, names
 
@@ -299,20 +301,7 @@ def _dispatch(argv: list[str]) -> int:
         _top_parser().error(f"unknown command {command!r}; choose from "
                             f"{', '.join([*JOBS, *LOCAL])}")
     status = importlib.import_module(f"swe.commands.{command}").main(rest, prog=f"swe {command}")
-    _quiet_ray_exit()
     return int(status or 0)
-
-
-def _quiet_ray_exit() -> None:
-    """The result is in: a Ctrl-C while Ray shuts down at exit (its ``atexit`` handler) is
-    ignored, where it printed a traceback. Handlers run last-registered first, so this one runs
-    before Ray's."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        import atexit
-        import signal
-
-        atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,13 @@ import logging
 import os
 import re
 import select
-import signal
 import sys
 import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
+
+from swe import signals
 
 __all__ = ["AUTH_LOGGER", "HARMLESS", "check_reachable", "clear_status", "configure_console",
            "console", "fit", "get",
@@ -54,6 +55,7 @@ def configure_console(verbose: bool = False) -> None:
     """Set up a job's console: ``HH:MM:SS message`` lines on stderr, swe at INFO (DEBUG when
     ``verbose``), Ray and Ray Data quiet unless ``verbose``; see the module's docstring."""
     _CONSOLE.update(verbose=verbose, tty=sys.stderr.isatty(), job=True)
+    signals.sigterm_is_ctrl_c()  # from the job's first line, not only once Ray is up
     handler = _ConsoleHandler()
     handler.setFormatter(_ConsoleFormatter("%(asctime)s %(message)s", "%H:%M:%S"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
@@ -221,30 +223,30 @@ def init_ray(**kwargs) -> None:
     if not _CONSOLE["verbose"]:
         kwargs.setdefault("logging_level", logging.WARNING)  # not "Started a local Ray ..."
     address = os.environ.get("RAY_ADDRESS")
-    if address:
-        check_reachable(address)
-        try:
-            with warnings.catch_warnings():  # the client's "connection timed out": said below
-                warnings.filterwarnings("ignore", "Ray Client connection timed out", UserWarning)
-                ray.init(**kwargs)
-        except ConnectionError as e:  # e.g. a ray:// address whose client connection timed out
-            raise ConnectionError(f"cannot join the cluster at RAY_ADDRESS={address} ({e}): "
-                                  "fix RAY_ADDRESS, or unset it to start a local Ray") from None
-    else:
-        _local_defaults(kwargs)
-        with _silenced(AUTH_LOGGER):
-            _start_local(ray, kwargs)
+    with signals.sigterm_during_ray_init(bool(_CONSOLE.get("job"))):
+        if address:
+            check_reachable(address)
+            _join(ray, address, kwargs)
+        else:
+            _local_defaults(kwargs)
+            with _silenced(AUTH_LOGGER):
+                _start_local(ray, kwargs)
     _configure_ray_data()
     _log_cluster(address)
-    if _CONSOLE.get("job") and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)  # after Ray's own handler, which it replaces
+    if _CONSOLE.get("job"):
+        signals.sigterm_is_ctrl_c()  # again: ray.init replaced it with Ray's own
+        signals.quiet_exit()
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    """A job's SIGTERM (what schedulers, Kubernetes, systemd and ``timeout`` send) is its Ctrl-C:
-    one ``error: interrupted …`` line, and the rerun resumes. Ray's handler ended the driver
-    with status 15 and no word, or with its native stack dump."""
-    raise KeyboardInterrupt
+def _join(ray: Any, address: str, kwargs: dict) -> None:
+    """``ray.init`` joining the cluster at ``address``; a client time-out said in one line."""
+    try:
+        with warnings.catch_warnings():  # the client's "connection timed out": said below
+            warnings.filterwarnings("ignore", "Ray Client connection timed out", UserWarning)
+            ray.init(**kwargs)
+    except ConnectionError as e:  # e.g. a ray:// address whose client connection timed out
+        raise ConnectionError(f"cannot join the cluster at RAY_ADDRESS={address} ({e}): "
+                              "fix RAY_ADDRESS, or unset it to start a local Ray") from None
 
 
 #: Seconds a cluster named by ``RAY_ADDRESS`` may take to accept a connection.

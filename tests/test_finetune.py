@@ -5,6 +5,7 @@ writes one row per input row, and bad input is one line before any work."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -101,9 +102,12 @@ def test_a_killed_train_worker_resumes_to_the_same_bytes(files, sst2, tmp_path):
         assert (out / name).read_bytes() == (sst2[1] / name).read_bytes(), name
 
 
-def test_multi_label_jsonl_and_encode_predict(files, sst2, tmp_path, caplog):
+def test_multi_label_jsonl_and_encode_predict(files, sst2, tmp_path, caplog, monkeypatch):
     """Also (hostile round 18): a file someone writes into ``work/`` while the run trains is
-    kept at the end, with a warning; the run's own ``work/`` is removed otherwise (above)."""
+    kept at the end, with a warning; the run's own ``work/`` is removed otherwise (above).
+    And (round 20): a rerun over the finished classifier and its run's leftover ``work/`` (what
+    a kill between the classifier's last write and ``work/``'s removal leaves) trains nothing,
+    reports the finished run and removes ``work/``; it said "name a new folder"."""
     from swe.bulk import EncodeOptions, encode_files, read_output
 
     notes = tmp_path / "trec" / "work" / "notes.txt"
@@ -116,11 +120,24 @@ def test_multi_label_jsonl_and_encode_predict(files, sst2, tmp_path, caplog):
 
     writer = threading.Thread(target=write_notes_once_training)
     writer.start()
+    def run():
+        return finetune(str(files / "glove"), str(files / "trec.jsonl"), str(tmp_path / "trec"),
+                        head="mlp", hidden=32, epochs=2)
+
     with caplog.at_level(logging.WARNING, logger="swe.finetune.job"):
-        report = finetune(str(files / "glove"), str(files / "trec.jsonl"), str(tmp_path / "trec"),
-                          head="mlp", hidden=32, epochs=2)
+        report = run()
     writer.join()
     assert notes.read_text() == "mine" and "the run did not write (work/notes.txt)" in caplog.text
+    classifier = (tmp_path / "trec" / "classifier.json").read_bytes()
+    with monkeypatch.context() as m:
+        m.setattr("swe.finetune.job._train", None)  # a rerun that trained would fail
+        for _ in range(2):  # work/ kept for notes.txt, then removed once notes.txt is gone
+            again = run()
+            assert again == dataclasses.replace(report, seconds=again.seconds)
+            assert notes.parent.exists() == notes.exists()
+            notes.unlink(missing_ok=True)
+    assert (tmp_path / "trec" / "classifier.json").read_bytes() == classifier
+    assert not notes.parent.exists()
     clf = StaticClassifier.load(tmp_path / "trec")
     assert clf.multi_label and report.multi_label and len(clf.layers) == 2
     got = clf.predict(["How far is it from Denver to Aspen ?", "Who wrote Hamlet ?"])

@@ -11,7 +11,7 @@ Every command ends with one exit status, from one mapping (:func:`failed`; docs/
   store that is missing, corrupt or unusable (argparse's own errors, ``ValueError`` and
   ``TypeError`` with every swe error built on them, ``FileNotFoundError``, ``FileExistsError``,
   ``NotADirectoryError``, ``IsADirectoryError``);
-- 130: interrupted (Ctrl-C, or SIGTERM once the job started Ray: ``swe.raysetup``).
+- 130: interrupted (Ctrl-C, or SIGTERM in a job: ``swe.signals``).
 """
 
 from __future__ import annotations

@@ -82,8 +82,10 @@ def _check_dev(job: FinetuneJob) -> None:
                          "out)")
 
 
-def _check_output(job: FinetuneJob) -> None:
-    """The output is new, or holds only a killed run's ``work/`` (which the rerun resumes)."""
+def _check_output(job: FinetuneJob) -> dict | None:
+    """The output is new, or holds only a killed run's ``work/`` (which the rerun resumes), or
+    this job's finished classifier beside its run's ``work/`` (a kill after the classifier was
+    written: the rerun only removes ``work/``); then its training state."""
     for given in (job.model, job.data, *([job.dev] if job.dev else [])):
         if storage.overlaps(given, job.output):
             raise ValueError(f"--output {job.output} overlaps the input {given}; name a new "
@@ -94,17 +96,41 @@ def _check_output(job: FinetuneJob) -> None:
     if fs.exists(path):
         names = {n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(path)}
         names = {n for n in names if not n.startswith(LEASE_FILE)}  # a killed run's lease
-        if not fs.isdir(path) or names - {"work"}:
+        finished = _finished(job) if "work" in names else None
+        if not fs.isdir(path) or (names - {"work"} and not finished):
             raise FileExistsError(f"--output {job.output} exists and holds more than a killed "
                                   "run's work/ folder; name a new folder")
         odd = _not_a_killed_runs(fs, f"{path}/work", storage.is_local(job.output)) if names \
             else []
-        if odd:
+        if odd and not finished:  # beside a finished classifier, work/ is kept (_remove_work)
             listed = ", ".join(odd[:3]) + (", ..." if len(odd) > 3 else "")
             raise FileExistsError(
                 f"--output {job.output} holds a work/ folder that is not a killed swe finetune "
                 f"run's (it would be deleted): {listed} is not what a run writes; move that "
                 "away to resume the killed run, or name a new folder")
+        return finished
+    return None
+
+
+def _finished(job: FinetuneJob) -> dict | None:
+    """The training state of ``job``'s own classifier when the output holds it, whole, with the
+    job's run folder (same options, same inputs) still in ``work/``; None otherwise.
+    ``classifier.json`` is written last, once the model and head are in place."""
+    from swe.classifier import CLASSIFIER, CLASSIFIER_FORMAT
+    from swe.modelfiles import ModelFolder
+
+    if not _exists(storage.join(job.output, "work", "runs", _run_name(job))):
+        return None
+    try:
+        folder = ModelFolder(job.output, fmt=CLASSIFIER_FORMAT, version=1, config_name=CLASSIFIER)
+        folder.check_sizes()
+        options = json.loads(json.dumps({k: v for k, v in asdict(job).items() if k != "output"}))
+        if folder.get("options", dict) != options:
+            return None
+        return {**folder.get("training", dict), "labels": folder.get("labels", list),
+                "multi_label": folder.get("multi_label", bool)}
+    except (ValueError, OSError):  # not a classifier, or not a whole one
+        return None
 
 
 def _not_a_killed_runs(fs: Any, work: str, local: bool) -> list[str]:
@@ -215,8 +241,7 @@ def finetune(model: str, data: str, output: str, *, max_failures: int = 2,
     if job.dev and facts[0]["multi_label"] != facts[1]["multi_label"]:
         raise ValueError(f"{job.data} and {job.dev}: one is multi-label and the other is not")
     with Lease(job.output, purpose="finetune"):  # one writer; checked again once held
-        _check_output(job)
-        state = _train(job, max_failures)
+        state = _check_output(job) or _train(job, max_failures)
         _remove_work(job.output)
     best = min(state["history"], key=lambda h: h["dev_loss"])
     return FinetuneReport(job.output, state["labels"], state["multi_label"], state["step"],
