@@ -15,7 +15,7 @@ import sys
 from typing import IO
 
 from swe.commands import failed, quiet_broken_pipe
-from swe.signals import shielded
+from swe.signals import shielded, sigterm_is_ctrl_c
 
 __all__ = ["ArgumentParser", "HelpFormatter", "command_parser", "info", "main"]
 
@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     """Run ``swe COMMAND ARGS…``; the exit status."""
+    sigterm_is_ctrl_c()  # one line from here on (a job's own modules take a while to load)
     if not argv or argv[0] in ("-h", "--help"):
         _top_parser().print_help()
         return 0 if argv else 2
@@ -300,8 +301,11 @@ def _dispatch(argv: list[str]) -> int:
     if command not in JOBS:
         _top_parser().error(f"unknown command {command!r}; choose from "
                             f"{', '.join([*JOBS, *LOCAL])}")
-    status = importlib.import_module(f"swe.commands.{command}").main(rest, prog=f"swe {command}")
-    return int(status or 0)
+    try:  # a job says what an interrupt kept; one before its work began (loading) says this
+        job = importlib.import_module(f"swe.commands.{command}")
+        return int(job.main(rest, prog=f"swe {command}") or 0)
+    except KeyboardInterrupt as e:
+        return failed(e)
 
 
 if __name__ == "__main__":

@@ -234,7 +234,6 @@ def init_ray(**kwargs) -> None:
     _configure_ray_data()
     _log_cluster(address)
     if _CONSOLE.get("job"):
-        signals.sigterm_is_ctrl_c()  # again: ray.init replaced it with Ray's own
         signals.quiet_exit()
 
 

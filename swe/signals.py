@@ -86,3 +86,5 @@ def sigterm_during_ray_init(job: bool) -> Iterator[None]:
         if e.code != signal.SIGTERM:
             raise
         raise KeyboardInterrupt from None
+    finally:
+        sigterm_is_ctrl_c()  # again: ray.init replaced it with Ray's own

@@ -106,3 +106,23 @@ def test_sigterm_while_ray_shuts_down_at_exit_is_ignored():
                           env=own_env(), cwd=ROOT, timeout=180)
     assert (done.returncode, done.stdout.strip()) == (0, "done"), done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_sigterm_while_a_job_loads_is_one_line(tmp_path):
+    """Round 20: SIGTERM in a job's first second (its modules loading, before its own handler
+    of interrupts) killed it with status 143 and no word, or printed 60 lines of traceback."""
+    code = ("import importlib, os, signal, sys\n"
+            "from swe.cli import main\n"
+            "real = importlib.import_module\n"
+            "def loading(name, *a):\n"
+            "    if name.startswith('swe.commands.'):\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    return real(name, *a)\n"
+            "importlib.import_module = loading\n"
+            "sys.exit(main(['build', '--config', 'quickstart', '--output', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "error: interrupted; rerun the same command to resume"]
+    assert not (tmp_path / "out").exists()
