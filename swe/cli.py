@@ -15,7 +15,7 @@ import sys
 from typing import IO
 
 from swe.commands import failed, quiet_broken_pipe
-from swe.signals import shielded, sigterm_is_ctrl_c
+from swe.signals import quiet_exit, shielded, sigterm_is_ctrl_c
 
 __all__ = ["ArgumentParser", "HelpFormatter", "command_parser", "info", "main"]
 
@@ -303,9 +303,12 @@ def _dispatch(argv: list[str]) -> int:
                             f"{', '.join([*JOBS, *LOCAL])}")
     try:  # a job says what an interrupt kept; one before its work began (loading) says this
         job = importlib.import_module(f"swe.commands.{command}")
-        return int(job.main(rest, prog=f"swe {command}") or 0)
+        status = int(job.main(rest, prog=f"swe {command}") or 0)
     except KeyboardInterrupt as e:
         return failed(e)
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        quiet_exit()  # also where the job found Ray running (a test's, a notebook's)
+    return status
 
 
 if __name__ == "__main__":

@@ -251,9 +251,10 @@ def test_invisible_format_characters_inside_a_word_are_dropped_as_the_teacher_do
 @pytest.mark.usefixtures("ray_session")
 def test_a_ctrl_c_during_rays_shutdown_at_exit_is_ignored(tmp_path, monkeypatch, capsys):
     """Round 13: a Ctrl-C after ``swe encode`` printed its summary, while Ray shut down at exit,
-    printed a traceback. Once a job command returns with Ray running, SIGINT is ignored by an
-    exit handler that runs before Ray's (checked by hand: ``kill -INT`` to the process group
-    after the summary, 2 of 2 tracebacks before, 0 of 2 after)."""
+    printed a traceback. Once a job command returns with Ray running, SIGINT (and, since round
+    20, SIGTERM) is ignored by an exit handler that runs before Ray's (checked by hand: ``kill
+    -INT`` to the process group after the summary, 2 of 2 tracebacks before, 0 of 2 after; in a
+    subprocess: test_hostile_round20.py)."""
     import atexit
     import signal
 
@@ -262,7 +263,14 @@ def test_a_ctrl_c_during_rays_shutdown_at_exit_is_ignored(tmp_path, monkeypatch,
     (tmp_path / "in.txt").write_text("the cat\n")
     assert main(["encode", "--model", str(tiny_model(tmp_path / "m")), "--input",
                  str(tmp_path / "in.txt"), "--output", str(tmp_path / "out")]) == 0
-    assert (signal.signal, signal.SIGINT, signal.SIG_IGN) in registered
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for fn, *args in registered:  # what exit would run, last registered first
+            fn(*args)
+        assert all(signal.getsignal(s) is signal.SIG_IGN for s in before)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
     capsys.readouterr()
 
 

@@ -34,28 +34,34 @@ def test_a_second_ctrl_c_while_reseal_puts_configs_back_changes_nothing(tmp_path
     from swe import modelfiles, storage
 
     real_reseal, real_write = modelfiles.reseal, storage.write_bytes_atomic
-    calls = []
+    calls, putting_back = [], []
 
     def reseal_then_ctrl_c(path, *args, **kwargs):
         names = real_reseal(path, *args, **kwargs)
         if path.endswith("member_2"):
+            putting_back.append(True)
             raise KeyboardInterrupt  # the first Ctrl-C: after every member, before the top
         return names
 
     def write_with_a_second_ctrl_c(url, data):
-        if not calls:
-            os.kill(os.getpid(), signal.SIGINT)  # the second, while the first config goes back
-        calls.append(url)
+        if putting_back:
+            if not calls:  # the second Ctrl-C, while the first config goes back
+                os.kill(os.getpid(), signal.SIGINT)
+            calls.append(url)
         return real_write(url, data)
 
     monkeypatch.setattr("swe.modelfiles.reseal", reseal_then_ctrl_c)
     monkeypatch.setattr("swe.storage.write_bytes_atomic", write_with_a_second_ctrl_c)
-    assert main(["reseal", str(tmp_path / "ens")]) == 130
+    ambient = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's Ctrl-C
+    try:
+        assert main(["reseal", str(tmp_path / "ens")]) == 130
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as before
+    finally:
+        signal.signal(signal.SIGINT, ambient)
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: interrupted; nothing was changed; rerun the same command to resume"]
     assert len(calls) == len(configs)
     assert {p: p.read_bytes() for p in configs} == before
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handled as before
 
 
 @pytest.mark.usefixtures("ray_session")
