@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -123,6 +124,8 @@ def _make(teacher: str, runtime: str, folder: str, teacher_sha: str, source: dic
         raise TeacherRuntimeError(f"cannot write the teacher cache {parent} ({e}): set "
                                   "SWE_CACHE to a writable folder") from None
     tmp = f"{folder}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    logging.getLogger("swe").info("making the %s form of teacher %s, once (about a minute on "
+                                  "2 CPU cores; kept in %s)", runtime, teacher, folder)
     cmd = [sys.executable, "-m", "swe.build.teacher.runtime", runtime, teacher, tmp,
            source["path"] if source else "", "1" if trust_remote_code else "0"]
     try:
