@@ -132,3 +132,32 @@ def test_sigterm_while_a_job_loads_is_one_line(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "error: interrupted; rerun the same command to resume"]
     assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupt_says_kept_only_what_exists(tmp_path, monkeypatch, capsys):
+    """Round 21: a build interrupted in its first seconds said "the finished stages and shards
+    under OUT/work are kept" with no OUT at all; a finetune interrupted before its first
+    checkpoint said "the last checkpoint … is kept" of a work/ holding Ray's storage marker
+    only."""
+    from swe.commands import kept
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("swe.build.build", interrupted)
+    out = tmp_path / "out"
+    assert main(["build", "--config", "quickstart", "--output", str(out)]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: interrupted; nothing was written; rerun the same command to resume")
+    (out / "work/corpus").mkdir(parents=True)
+    (out / "work/corpus/_DONE.json").write_text("{}")
+    assert main(["build", "--config", "quickstart", "--output", str(out)]) == 130
+    assert f"the finished stages and shards under {out}/work are kept" in capsys.readouterr().err
+    run = tmp_path / "ft/work/runs/finetune-0123456789ab"
+    run.mkdir(parents=True)
+    (run / ".validate_storage_marker").write_text("")
+    args = (str(tmp_path / "ft/work"), "the last checkpoint is kept")
+    assert kept(*args, marker="/checkpoint_") == "nothing was written"
+    (run / "checkpoint_2026-11-28_18-00-00.000000").mkdir()
+    (run / "checkpoint_2026-11-28_18-00-00.000000/state.json").write_text("{}")
+    assert kept(*args, marker="/checkpoint_") == "the last checkpoint is kept"

@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "failed",
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "failed", "kept",
            "object_store_failure", "quiet_broken_pipe"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -62,6 +62,19 @@ def failed(error: BaseException, urls: Iterable[str] = (), kept: str = "") -> in
     if message is not None or not isinstance(cause, _WRONG_INPUT):
         return EXIT_FAILED
     return EXIT_USAGE
+
+
+def kept(folder: str, what: str, marker: str = "") -> str:
+    """``what`` (an interrupted job's "… are kept") when ``folder`` holds a file (one whose path
+    contains ``marker``, when given); "nothing was written" otherwise: an interrupt before the
+    job wrote anything. ``what`` when ``folder`` cannot be listed."""
+    from swe.storage import file_sizes
+
+    try:
+        files = file_sizes(folder)
+    except Exception:  # an interrupted job's message must not fail
+        return what
+    return what if any(marker in f for f in files) else "nothing was written"
 
 
 def _cause(error: BaseException) -> BaseException:

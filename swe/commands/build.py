@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
     configure_console(verbose=args.verbose)
     from swe.build import build, load_config
-    from swe.commands import failed
+    from swe.commands import failed, kept
 
     urls = [args.output or "", *args.set]
     try:
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         results = build(cfg, until=args.until)
     except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
         return failed(e, [cfg.output, *(p for c in cfg.corpus.values() for p in c.paths)],
-                      kept=f"the finished stages and shards under {cfg.output}/work are kept")
+                      kept=kept(f"{cfg.output}/work", f"the finished stages and shards under "
+                                f"{cfg.output}/work are kept"))
     if args.verbose:
         print(json.dumps({name: {k: v for k, v in r.to_json().items() if k != "shards"}
                           for name, r in results.items()}, indent=2))

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from swe.raysetup import configure_console
 
     configure_console(verbose=args.verbose)
-    from swe.commands import failed
+    from swe.commands import failed, kept
     from swe.finetune import finetune
 
     options = {k: v for k, v in vars(args).items()
@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         report = finetune(args.model, args.data, args.output, **options)
     except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
         return failed(e, [args.model, args.data, args.output],
-                      kept=f"the last checkpoint under {args.output}/work is kept")
+                      kept=kept(f"{args.output}/work", f"the last checkpoint under "
+                                f"{args.output}/work is kept", marker="/checkpoint_"))
     print(json.dumps(asdict(report)))
     return 0
 
