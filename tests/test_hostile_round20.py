@@ -20,6 +20,13 @@ from swe.ensemble import EnsembleModel
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _python(code: str, *args: str, env: dict | None = None,
+            timeout: int = 120) -> subprocess.CompletedProcess:
+    """``python -c code args…`` from the repository root, its output captured."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=timeout)
+
+
 def test_a_second_ctrl_c_while_reseal_puts_configs_back_changes_nothing(tmp_path, monkeypatch,
                                                                          capsys):
     """Round 20: Ctrl-C in ``swe reseal`` of an ensemble, sent to the process group of
@@ -85,8 +92,7 @@ def test_sigterm_before_or_while_ray_starts_is_an_interrupt(when):
             "    init_ray(); time.sleep(30)\n"
             "except KeyboardInterrupt:\n"
             "    print('interrupted')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=joined_env(), cwd=ROOT, timeout=120)
+    done = _python(code, env=joined_env())
     assert done.stdout.strip() == "interrupted", (done.returncode, done.stderr[-2000:])
     assert "SIGTERM received" not in done.stderr
 
@@ -108,8 +114,7 @@ def test_sigterm_while_ray_shuts_down_at_exit_is_ignored():
             "        os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.005)\n"
             "threading.Thread(target=sigterms, daemon=True).start()\n"
             "print('done', flush=True)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=own_env(), cwd=ROOT, timeout=180)
+    done = _python(code, env=own_env(), timeout=180)
     assert (done.returncode, done.stdout.strip()) == (0, "done"), done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
 
@@ -126,8 +131,7 @@ def test_sigterm_while_a_job_loads_is_one_line(tmp_path):
             "    return real(name, *a)\n"
             "importlib.import_module = loading\n"
             "sys.exit(main(['build', '--config', 'quickstart', '--output', sys.argv[1]]))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = _python(code, str(tmp_path / "out"))
     assert done.returncode == 130, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [
         "error: interrupted; rerun the same command to resume"]
@@ -157,7 +161,7 @@ def test_an_interrupt_says_kept_only_what_exists(tmp_path, monkeypatch, capsys):
     run.mkdir(parents=True)
     (run / ".validate_storage_marker").write_text("")
     args = (str(tmp_path / "ft/work"), "the last checkpoint is kept")
-    assert kept(*args, marker="/checkpoint_") == "nothing was written"
+    assert kept(*args, pattern="runs/*/checkpoint_*") == "nothing was written"
     (run / "checkpoint_2026-11-28_18-00-00.000000").mkdir()
     (run / "checkpoint_2026-11-28_18-00-00.000000/state.json").write_text("{}")
-    assert kept(*args, marker="/checkpoint_") == "the last checkpoint is kept"
+    assert kept(*args, pattern="runs/*/checkpoint_*") == "the last checkpoint is kept"

@@ -64,17 +64,19 @@ def failed(error: BaseException, urls: Iterable[str] = (), kept: str = "") -> in
     return EXIT_USAGE
 
 
-def kept(folder: str, what: str, marker: str = "") -> str:
-    """``what`` (an interrupted job's "… are kept") when ``folder`` holds a file (one whose path
-    contains ``marker``, when given); "nothing was written" otherwise: an interrupt before the
-    job wrote anything. ``what`` when ``folder`` cannot be listed."""
-    from swe.storage import file_sizes
+def kept(folder: str, what: str, pattern: str = "*") -> str:
+    """``what`` (an interrupted job's "… are kept") when ``folder`` holds something matching
+    the glob ``pattern``; "nothing was written" otherwise: an interrupt before the job wrote
+    anything. One shallow listing, not a walk of a large build's work tree; ``what`` when
+    ``folder`` cannot be listed."""
+    from swe.storage import filesystem
 
     try:
-        files = file_sizes(folder)
+        fs, path = filesystem(folder)
+        found = fs.glob(f"{path.rstrip('/')}/{pattern}")
     except Exception:  # an interrupted job's message must not fail
         return what
-    return what if any(marker in f for f in files) else "nothing was written"
+    return what if found else "nothing was written"
 
 
 def _cause(error: BaseException) -> BaseException:

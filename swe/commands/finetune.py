@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except BaseException as e:  # one line and its exit status (swe.commands); others re-raised
         return failed(e, [args.model, args.data, args.output],
                       kept=kept(f"{args.output}/work", f"the last checkpoint under "
-                                f"{args.output}/work is kept", marker="/checkpoint_"))
+                                f"{args.output}/work is kept", pattern="runs/*/checkpoint_*"))
     print(json.dumps(asdict(report)))
     return 0
 
