@@ -13,7 +13,7 @@
 # The interpreter: $PYTHON if set; an existing venv's own; else the system's /usr/bin/python3
 # when it is >= 3.10 and makes a venv; else python3 from PATH. A distribution's Python is built
 # with profile-guided optimisation and a static libpython, pyenv's default build with neither:
-# the test suite ran 7% faster on the system's 3.11 here (docs/install.md).
+# Ray-heavy tests ran about 7% faster on the system's 3.11 here (docs/install.md).
 set -euo pipefail
 venv=${VENV-.venv}
 if [[ -z $venv ]]; then

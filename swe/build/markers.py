@@ -152,7 +152,7 @@ class StageDir:
         return _located(m, self.root) if m and m.get("config_hash") == self.config_hash else None
 
     def mark_shard(self, shard: str, stats: dict) -> None:
-        """Record one finished shard, whole or not at all (a kill mid-write redoes nothing)."""
+        """Record one finished shard, whole or not at all: a kill mid-write leaves no cut marker."""
         storage.write_bytes_atomic(self.path("_shards", f"{shard}.json"),
                                    json.dumps({"config_hash": self.config_hash,
                                                **_portable(stats, self.root)}).encode())
