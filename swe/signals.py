@@ -17,12 +17,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["interrupt", "quiet_exit", "shielded", "sigterm_during_ray_init", "sigterm_is_ctrl_c"]
+__all__ = ["quiet_exit", "shielded", "sigterm_during_ray_init", "sigterm_is_ctrl_c"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def interrupt(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: Any) -> None:
     """The SIGTERM handler of a job: raise ``KeyboardInterrupt``, as a Ctrl-C does."""
     raise KeyboardInterrupt
 
@@ -35,7 +35,7 @@ def sigterm_is_ctrl_c() -> None:
     """From now on SIGTERM raises ``KeyboardInterrupt`` (in the main thread; elsewhere
     handlers cannot be set, and nothing changes)."""
     if _main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 @contextlib.contextmanager
@@ -62,8 +62,10 @@ def _ignore() -> None:
 def quiet_exit() -> None:
     """At exit, SIGINT and SIGTERM are ignored: the result is in, and Ray's shutdown (its own
     ``atexit`` handler) cut by one printed a traceback and could end in a segmentation fault.
-    Handlers run last-registered first, so register this after ``ray.init``."""
+    Handlers run last-registered first, so call this after ``ray.init``; a second call moves
+    the one registration to last, not adds another."""
     if _main_thread():
+        atexit.unregister(_ignore)
         atexit.register(_ignore)
 
 

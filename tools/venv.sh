@@ -25,6 +25,10 @@ fi
 (( $# )) || set -- -e ".[pipeline,test]"
 fresh=(); [[ -e $venv ]] || fresh=(--clear)  # a new folder: a failed first try may be cleared
 if [[ -n ${PYTHON-} ]]; then
+  if ! "$PYTHON" -c 'import sys, venv; assert sys.version_info >= (3, 10)' 2>/dev/null; then
+    echo "tools/venv.sh: PYTHON=$PYTHON is not a Python >= 3.10 with venv: name another" >&2
+    exit 2
+  fi
   "$PYTHON" -m venv "$venv"
 elif [[ -x $venv/bin/python3 ]]; then
   "$venv/bin/python3" -m venv "$venv"  # an existing venv keeps its interpreter

@@ -100,9 +100,9 @@ def _check_output(job: FinetuneJob) -> dict | None:
         if not fs.isdir(path) or (names - {"work"} and not finished):
             raise FileExistsError(f"--output {job.output} exists and holds more than a killed "
                                   "run's work/ folder; name a new folder")
-        odd = _not_a_killed_runs(fs, f"{path}/work", storage.is_local(job.output)) if names \
-            else []
-        if odd and not finished:  # beside a finished classifier, work/ is kept (_remove_work)
+        odd = _not_a_killed_runs(fs, f"{path}/work", storage.is_local(job.output)) \
+            if names and not finished else []  # beside a finished classifier: _remove_work
+        if odd:
             listed = ", ".join(odd[:3]) + (", ..." if len(odd) > 3 else "")
             raise FileExistsError(
                 f"--output {job.output} holds a work/ folder that is not a killed swe finetune "

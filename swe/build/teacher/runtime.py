@@ -41,6 +41,8 @@ FORMAT = 1  # bump when the export or the quantisation changes: old cache entrie
 _CALIBRATION = Path(__file__).with_name("calibration.txt")
 _TEACHER_FILES = (".json", ".safetensors", ".bin", ".txt", ".model")
 
+log = logging.getLogger("swe.build")
+
 
 class TeacherRuntimeError(ValueError):
     """A teacher runtime could not be prepared or loaded (the message says what to do)."""
@@ -124,8 +126,8 @@ def _make(teacher: str, runtime: str, folder: str, teacher_sha: str, source: dic
         raise TeacherRuntimeError(f"cannot write the teacher cache {parent} ({e}): set "
                                   "SWE_CACHE to a writable folder") from None
     tmp = f"{folder}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    logging.getLogger("swe").info("making the %s form of teacher %s, once (about a minute on "
-                                  "2 CPU cores; kept in %s)", runtime, teacher, folder)
+    log.info("making the %s form of teacher %s, once (about a minute on 2 CPU cores; kept in %s)",
+             runtime, teacher, folder)
     cmd = [sys.executable, "-m", "swe.build.teacher.runtime", runtime, teacher, tmp,
            source["path"] if source else "", "1" if trust_remote_code else "0"]
     try:
