@@ -16,10 +16,12 @@ import logging
 import os
 import re
 import select
+import signal
 import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from swe import signals
@@ -332,12 +334,25 @@ def _start_local(ray: Any, kwargs: dict) -> None:
     except Exception as e:
         if RAY_STARTUP_TIMEOUT not in str(e):
             raise
+        stop_leftovers(os.getpid())
         load = os.getloadavg()[0]
         raise LocalRayStartError(
             f"a local Ray did not start: its raylet did not register within the 30 s Ray "
             f"allows, which happens when the machine is overloaded (load average {load:.1f} on "
             f"{os.cpu_count()} CPUs). Run again when the machine is less busy, or join a running "
             f"cluster with RAY_ADDRESS=<head>:6379.") from e
+
+
+def stop_leftovers(driver_pid: int) -> None:
+    """Kill what a failed local start left running: Ray's agents outlive their raylet, holding
+    files open in the session folder named after the driver (``session_<time>_<pid>``). Linux
+    only (``/proc``); elsewhere nothing is found."""
+    session = re.compile(rf"/session_[\d_-]+_{driver_pid}/")
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):  # gone meanwhile, or another user's
+            if int(proc.name) != os.getpid() and any(
+                    session.search(os.readlink(fd)) for fd in (proc / "fd").iterdir()):
+                os.kill(int(proc.name), signal.SIGKILL)
 
 
 # Ray 2.60 turns token authentication on for a new local cluster when RAY_AUTH_MODE is unset and

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 
 import numpy as np
 
+from swe import raysetup
 from swe.cli import main
 from swe.model import StaticModel
 
@@ -89,6 +92,8 @@ def test_a_local_ray_that_times_out_at_start_is_one_clear_line(tmp_path, capsys,
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", start_that_times_out)
+    stopped = []  # the real one would stop this test session's Ray: it was started by this PID
+    monkeypatch.setattr(raysetup, "stop_leftovers", stopped.append)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     args = ["build", "--config", "quickstart", "--output", str(tmp_path / "out"),
             "--set", "extraction.runtime='torch'"]
@@ -97,3 +102,26 @@ def test_a_local_ray_that_times_out_at_start_is_one_clear_line(tmp_path, capsys,
         err = capsys.readouterr().err
         assert err.startswith("error: a local Ray did not start"), err
         assert "load average" in err and "RAY_ADDRESS" in err and "Traceback" not in err
+    assert stopped == [os.getpid(), os.getpid()]
+
+
+def test_a_failed_local_start_leaves_no_ray_agent_running(tmp_path):
+    """Ray's agents outlive a raylet that never registered, with files open in the session
+    folder named after the driver's PID: the failed start kills them, and nothing else."""
+    driver = 9999999  # not a live PID: the test session's own Ray must not match
+    folders = [tmp_path / f"session_2026-11-28_22-00-14_232828_{pid}" / "logs"
+               for pid in (driver, 19999999)]
+    agents = []
+    for folder in folders:
+        folder.mkdir(parents=True)
+        with open(folder / "agent.out", "w") as out:
+            agents.append(subprocess.Popen(
+                [sys.executable, "-c", "import time; time.sleep(60)"], stdout=out))
+    try:
+        raysetup.stop_leftovers(driver)
+        assert agents[0].wait(timeout=10) == -signal.SIGKILL
+        assert agents[1].poll() is None  # another driver's session
+    finally:
+        for agent in agents:
+            agent.kill()
+            agent.wait()
