@@ -8,7 +8,8 @@
 # so the ones that choose wheels (find-links, index-url, extra-index-url, constraint: where this
 # box keeps its CPU-only torch) are handed on, with pip's rule for several indexes (the best
 # version from any of them). Bytecode is compiled at install, as pip does: no process compiles
-# the installed packages again (docs/install.md says why that matters here).
+# the installed packages again (docs/install.md says why that matters here). UV_COMPILE_BYTECODE=0
+# leaves it to the first process that imports each module (where Python may write bytecode).
 #
 # The interpreter: $PYTHON if set; an existing venv's own; else the system's /usr/bin/python3
 # when it is >= 3.10 and makes a venv; else python3 from PATH. A distribution's Python is built
@@ -48,4 +49,5 @@ while IFS= read -r line; do  # e.g. global.find-links='/opt/wheels'  :env:.const
       for v in $value; do args+=("--$key" "$v"); done ;;
   esac
 done < <("$venv/bin/pip" config list 2>/dev/null)
-"$venv/bin/uv" pip install -q --python "$venv/bin/python" --compile-bytecode "${args[@]}" "$@"
+UV_COMPILE_BYTECODE=${UV_COMPILE_BYTECODE-1} \
+  "$venv/bin/uv" pip install -q --python "$venv/bin/python" "${args[@]}" "$@"

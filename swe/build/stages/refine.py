@@ -334,15 +334,17 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
 
 def save_best(checkpoint: Any, step2: str, teacher: str, languages: list[str],
               provenance: dict, oov: str, destinations: list[str]) -> None:
-    """In a task: the checkpoint's best matrix (read alone from its safetensors file) with
-    step 2's words, saved to each destination; the driver never holds a V × d matrix."""
+    """In a task: the checkpoint's best matrix (read alone from its safetensors file, as numpy:
+    the task imports no torch) with step 2's words, saved to each destination; the driver never
+    holds a V × d matrix."""
     import os
 
+    import numpy as np
     from safetensors import safe_open
 
     with checkpoint.as_directory() as d, \
-            safe_open(os.path.join(d, "state.safetensors"), framework="pt") as f:
-        best = f.get_tensor("best").float().numpy()
+            safe_open(os.path.join(d, "state.safetensors"), framework="numpy") as f:
+        best = np.asarray(f.get_tensor("best"), dtype=np.float32)
     model = StaticModel.from_vectors(StaticModel.load(step2).words, best, tokenizer=teacher,
                                      language=languages, provenance=provenance, oov=oov)
     for dst in destinations:
