@@ -22,6 +22,7 @@ the scale) and the attention products in fp32 gives 0.99 at most of the speed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -54,27 +55,47 @@ def cache_root() -> str:
 
 
 def teacher_checksum(path: str) -> str:
-    """sha256 over the names and bytes of a teacher folder's weight, config and tokenizer files."""
-    h = hashlib.sha256()
+    """sha256 over the names and bytes of a teacher folder's weight, config and tokenizer files
+    (read once per process while none of them changes: same size, mtime, ctime and inode)."""
     root = Path(path)
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in _TEACHER_FILES
                    and not p.name.startswith(".") and p.name != "README.md")
     if not files:
         raise TeacherRuntimeError(f"teacher {path} holds no model files (config.json, weights)")
-    for p in files:
-        h.update(str(p.relative_to(root)).encode() + b"\0")
-        with open(p, "rb") as f:
-            while chunk := f.read(1 << 22):
-                h.update(chunk)
-    return h.hexdigest()
+    return _folder_digest(str(root), tuple(
+        (str(p.relative_to(root)), *_stamp(str(p))) for p in files))
 
 
 def _sha256(path: str) -> str:
+    return _file_digest(path, *_stamp(path))
+
+
+def _stamp(path: str) -> tuple[int, ...]:
+    """What changes whenever a file's bytes do (ctime even when mtime is set back)."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_digest(root: str, files: tuple) -> str:
     h = hashlib.sha256()
+    for name, *_ in files:
+        h.update(name.encode() + b"\0")
+        _update(h, os.path.join(root, name))
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, *stamp: int) -> str:
+    h = hashlib.sha256()
+    _update(h, path)
+    return h.hexdigest()
+
+
+def _update(h: Any, path: str) -> None:
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
-    return h.hexdigest()
 
 
 def prepare(teacher: str, runtime: str, cache: str | None = None,
