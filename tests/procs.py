@@ -9,11 +9,10 @@ import time
 
 # Ray keeps at most num_cpus idle worker processes and kills the others after 1 s; on a 2-core
 # box every Ray Data execution then starts fresh workers (seconds each: Python, Ray, pyarrow).
-# The tests let the others live 60 s: conftest sets this for the session's Ray and the cluster's
-# nodes, and subprocess drivers get it from own_env() (tests/test_bulk.py + bulk_commit + build:
-# 338 s -> 271 s here). Ray's num_cpus idle workers are kept, no more: an idle worker costs
-# about 0.4 CPU-s a minute (its main thread), and 8 kept ones bought nothing over 2 (274.1
-# against 273.9 and 273.5 CPU-s for test_bulk, test_runtime and test_failures). Latency only.
+# The tests keep a few warm: conftest sets these for the session's Ray and the cluster's nodes,
+# and subprocess drivers get them from own_env() (tests/test_bulk.py + bulk_commit + build:
+# 338 s -> 271 s here; the whole suite, one run each: 1,622 s -> 1,638 s, within noise). They
+# change no result, only how long idle workers live.
 # Ray Train's controller polls its workers every 2 s; the tests poll every 0.5 s, so the end of a
 # run and a killed worker are seen sooner. Like the two above, latency only: no result changes.
 # Ray Train's preemption watcher (one more actor process per run, ~1.5 CPU-s here) watches for
@@ -23,7 +22,8 @@ import time
 # 327 files, 0.32 with a glob every 5 s (the rest is reading the open files). It forwards worker
 # output to the driver, which swe's local Ray turns off (log_to_driver), and nothing in the tests
 # reads Ray's log stream: latency only, like the others.
-WARM_WORKERS = {"RAY_idle_worker_killing_time_threshold_ms": "60000",
+WARM_WORKERS = {"RAY_num_workers_soft_limit": "8",
+                "RAY_idle_worker_killing_time_threshold_ms": "60000",
                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
                 "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
                 "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "5"}
