@@ -142,3 +142,28 @@ def test_aligned_files_of_different_lengths_stop_with_one_line_naming_both(ray_s
     assert "\n" not in message and "Traceback" not in message, message
     assert "train.en" in message and "train.de" in message
     assert "500" in message and "499" in message
+
+
+def test_kept_pairs_are_counted_per_language_pair_in_both_split_kinds(ray_session):
+    """The stage's per-pair counts, block by block in tasks, equal a group-by over the rows
+    the splits keep: the last-by-key split and the held-out-documents one (dev capped)."""
+    import ray
+
+    from swe.build.pairs.dataset import pair_counts, split_by_document
+    from swe.build.pairs.splits import split_last, where
+
+    rng = np.random.default_rng(0)
+    rows = [{"pair": str(rng.choice(["en-de", "en-fr", "en-ja"])), "dev": bool(rng.random() < .2),
+             "k": int(rng.integers(1 << 60))} for _ in range(3000)]
+    ds = ray.data.from_items(rows, override_num_blocks=5).materialize()
+    for kind in ("last", "documents"):
+        if kind == "last":
+            train, dev, n = split_last(ds, 200)
+            got = pair_counts(train, dev)
+        else:
+            train, dev, n = split_by_document(ds, 200)
+            got = pair_counts(where(ds, "dev", [False]), dev)
+        want = {r["pair"]: r["count()"] for r in train.union(dev).groupby("pair").count()
+                .take_all()}
+        assert got == want and sum(got.values()) == train.count() + dev.count(), kind
+        assert dev.count() == 200 and (kind == "documents" or n == 3000)

@@ -29,7 +29,8 @@ from swe.raysetup import user_error
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
 
-__all__ = ["best_of_each_pair", "pair_splits", "read_pair_source", "read_pairs"]
+__all__ = ["best_of_each_pair", "count_pairs", "pair_counts", "pair_splits", "read_pair_source",
+           "read_pairs", "split_by_document"]
 
 log = logging.getLogger("swe.build")
 
@@ -49,15 +50,15 @@ def pair_splits(cfg: BuildConfig, stats_dir: str) -> tuple[Any, Any, dict]:
     deduplicated = ds.count()
     ds = _cap_pairs(ds, cfg.pairs)
     if any(p.dev_documents or p.dev_share for p in cfg.pairs.values()):
-        train, dev, n = _split_by_document(ds, cfg.refine.dev_max)
+        train, dev, n = split_by_document(ds, cfg.refine.dev_max)
+        kept = pair_counts(where(ds, "dev", [False]), dev)  # train's rows, counted unsorted
     else:
-        train, dev, n = split_last(ds, cfg.refine.dev_max)
+        train, dev, n = split_last(ds, cfg.refine.dev_max)  # both materialised by the split
+        kept = pair_counts(train, dev)
     read = _read_stats(stats_dir, len(sources), sources)
     if not n:
         raise ValueError("no translation pair kept from the [pairs] sources: "
                          f"{_describe(read)}")
-    kept = {row["pair"]: row["count()"] for row in train.union(dev).groupby("pair").count()
-            .take_all()}
     read_total = sum(s.get("kept", 0) for s in read.values())
     stats = {"pairs": {k: kept.get(k, 0) for k in cfg.pairs}, "read": read,
              "duplicates": read_total - deduplicated, "over_max_pairs": deduplicated - n}
@@ -67,7 +68,24 @@ def pair_splits(cfg: BuildConfig, stats_dir: str) -> tuple[Any, Any, dict]:
             stats)
 
 
-def _split_by_document(ds: Any, dev_max: int) -> tuple[Any, Any, int]:
+def pair_counts(*parts: Any) -> dict[str, int]:
+    """Rows per language pair over ``parts``, counted block by block in tasks (no shuffle, and
+    no second run of a lazily sorted split before it is written)."""
+    kept: Counter = Counter()
+    for part in parts:
+        for row in part.map_batches(count_pairs, batch_size=None,
+                                    batch_format="pyarrow").take_all():
+            kept[row["pair"]] += row["rows"]
+    return dict(kept)
+
+
+def count_pairs(batch: pa.Table) -> pa.Table:
+    """Ray Data UDF: ``batch``'s rows per language pair."""
+    counts = pc.value_counts(batch.column("pair"))
+    return pa.table({"pair": counts.field("values"), "rows": counts.field("counts")})
+
+
+def split_by_document(ds: Any, dev_max: int) -> tuple[Any, Any, int]:
     """Validation: the held-out pairs (``dev``: documents or sentences), at most ``dev_max`` by
     shuffle key; train: every other pair, in shuffle-key order. ``(train, dev, rows)``."""
     ds = ds.materialize()
