@@ -13,8 +13,6 @@ import time
 # and subprocess drivers get them from own_env() (tests/test_bulk.py + bulk_commit + build:
 # 338 s -> 271 s here; the whole suite, one run each: 1,622 s -> 1,638 s, within noise). They
 # change no result, only how long idle workers live.
-# Ray Train's controller polls its workers every 2 s; the tests poll every 0.5 s, so the end of a
-# run and a killed worker are seen sooner. Like the two above, latency only: no result changes.
 # Ray Train's preemption watcher (one more actor process per run, ~1.5 CPU-s here) watches for
 # cloud nodes about to be reclaimed; the tests' nodes never are, and no test depends on it.
 # Ray's log monitor globs the session's log folder every 0.1 s while it holds under 1,000 files;
@@ -24,7 +22,6 @@ import time
 # reads Ray's log stream: latency only, like the others.
 WARM_WORKERS = {"RAY_num_workers_soft_limit": "8",
                 "RAY_idle_worker_killing_time_threshold_ms": "60000",
-                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
                 "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
                 "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "5"}
 

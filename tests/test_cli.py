@@ -125,3 +125,17 @@ def test_a_failed_local_start_leaves_no_ray_agent_running(tmp_path):
         for agent in agents:
             agent.kill()
             agent.wait()
+
+
+def test_ray_train_collects_reports_every_half_second_unless_the_user_says(monkeypatch):
+    """A worker's next report waits until Ray Train's controller has taken the last one, every
+    2 s by Ray's default: swe's runs ask for 0.5 s (a user's own setting is kept)."""
+    class Trainer:
+        def fit(self):
+            return os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"]
+
+    monkeypatch.delenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", raising=False)
+    assert raysetup.fit(Trainer()) == raysetup.TRAIN_POLL_S == "0.5"
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "3")
+    assert raysetup.fit(Trainer()) == "3"
+
