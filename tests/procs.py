@@ -9,10 +9,11 @@ import time
 
 # Ray keeps at most num_cpus idle worker processes and kills the others after 1 s; on a 2-core
 # box every Ray Data execution then starts fresh workers (seconds each: Python, Ray, pyarrow).
-# The tests keep a few warm: conftest sets these for the session's Ray and the cluster's nodes,
-# and subprocess drivers get them from own_env() (tests/test_bulk.py + bulk_commit + build:
-# 338 s -> 271 s here; the whole suite, one run each: 1,622 s -> 1,638 s, within noise). They
-# change no result, only how long idle workers live.
+# The tests let the others live 60 s: conftest sets this for the session's Ray and the cluster's
+# nodes, and subprocess drivers get it from own_env() (tests/test_bulk.py + bulk_commit + build:
+# 338 s -> 271 s here). Latency only: no result changes. Ray's num_cpus kept idle workers stay:
+# keeping 8 started no fewer workers over the suite (258 either way) and idled 25 CPU-s more
+# (an idle worker spends about 0.4 CPU-s a minute in its main thread; docs/limits.md).
 # Ray Train's preemption watcher (one more actor process per run, ~1.5 CPU-s here) watches for
 # cloud nodes about to be reclaimed; the tests' nodes never are, and no test depends on it.
 # Ray's log monitor globs the session's log folder every 0.1 s while it holds under 1,000 files;
@@ -20,8 +21,7 @@ import time
 # 327 files, 0.32 with a glob every 5 s (the rest is reading the open files). It forwards worker
 # output to the driver, which swe's local Ray turns off (log_to_driver), and nothing in the tests
 # reads Ray's log stream: latency only, like the others.
-WARM_WORKERS = {"RAY_num_workers_soft_limit": "8",
-                "RAY_idle_worker_killing_time_threshold_ms": "60000",
+WARM_WORKERS = {"RAY_idle_worker_killing_time_threshold_ms": "60000",
                 "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
                 "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "5"}
 
