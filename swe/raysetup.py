@@ -412,7 +412,7 @@ def get(refs: Any) -> Any:
 
 #: Ray Train's controller takes a worker's report every ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S``
 #: (Ray's default 2 s) and the worker's next report waits for that (a queue of one): a 400-step
-#: refine reporting every 40 steps took 45 s with 2 s, 30 s with this. Unless the user sets it.
+#: refine reporting every 40 steps took 44-45 s with 2 s, 26-30 s with this. Unless set.
 TRAIN_POLL_S = "0.5"
 
 

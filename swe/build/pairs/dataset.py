@@ -29,8 +29,8 @@ from swe.raysetup import user_error
 if TYPE_CHECKING:
     from swe.build.config import BuildConfig
 
-__all__ = ["best_of_each_pair", "count_pairs", "pair_counts", "pair_splits", "read_pair_source",
-           "read_pairs", "split_by_document"]
+__all__ = ["best_of_each_pair", "pair_counts", "pair_splits", "read_pair_source", "read_pairs",
+           "rows_per_pair", "split_by_document"]
 
 log = logging.getLogger("swe.build")
 
@@ -73,13 +73,13 @@ def pair_counts(*parts: Any) -> dict[str, int]:
     no second run of a lazily sorted split before it is written)."""
     kept: Counter = Counter()
     for part in parts:
-        for row in part.map_batches(count_pairs, batch_size=None,
+        for row in part.map_batches(rows_per_pair, batch_size=None,
                                     batch_format="pyarrow").take_all():
             kept[row["pair"]] += row["rows"]
     return dict(kept)
 
 
-def count_pairs(batch: pa.Table) -> pa.Table:
+def rows_per_pair(batch: pa.Table) -> pa.Table:
     """Ray Data UDF: ``batch``'s rows per language pair."""
     counts = pc.value_counts(batch.column("pair"))
     return pa.table({"pair": counts.field("values"), "rows": counts.field("counts")})
