@@ -32,6 +32,7 @@ from swe.text import (
     split_unspaced,
     strip_marker,
     unk_token,
+    word_index,
     words,
 )
 from swe.transliteration import latin_forms
@@ -121,12 +122,7 @@ class StaticModel:
                              f"{MAX_VALUE:.0e}: sums of such vectors overflow float32; divide the "
                              "matrix by a constant (a sentence vector is normalised: its "
                              "direction does not change)")
-        index: dict[str, int] = {}
-        for i, w in enumerate(words):
-            if not isinstance(w, str) or not w or any(c.isspace() for c in w):
-                raise ValueError(f"word {i} ({w!r}) must be a non-empty string without spaces")
-            if index.setdefault(w, i) != i:
-                raise ValueError(f"duplicate word {w!r} at rows {index[w]} and {i}")
+        index, punctuation = word_index(words)
         self.languages = [language(c).code for c in languages]
         self.words = words
         self.vectors = vectors
@@ -136,7 +132,7 @@ class StaticModel:
         self._unk = unk_token(self.tokenizer)
         self.provenance = dict(provenance or {})
         self._index = index
-        self._base_codes = {w: (_SKIP if is_punctuation(w) else i) for w, i in index.items()}
+        self._base_codes = {**index, **dict.fromkeys(punctuation, _SKIP)}
         self._multi: list[np.ndarray] = []  # id lists of units that map to several entries
         self._multi_lock = threading.Lock()
         self._memo = _Memo(self)

@@ -126,6 +126,9 @@ def _tokenizer(folder: ModelFolder) -> Any:
 
     text = folder.read_text(name, "tokenizer", MAX_TOKENIZER_BYTES)
     try:
-        return Tokenizer.from_str(text)
+        tok = Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
         raise ModelFileError(f"{folder.path}/{name} is not a tokenizer.json ({e})") from None
+    tok.no_padding()  # as the model uses it (storage.load_tokenizer): no copy made there
+    tok.no_truncation()
+    return tok

@@ -426,11 +426,13 @@ def read_parquet(url: str, columns: list[str] | None = None) -> Any:
 
 
 def load_tokenizer(spec: Any) -> Any:
-    """A ``tokenizers.Tokenizer`` from a model dir, a tokenizer.json path or an instance (copied),
-    with padding and truncation off (the MiniLM tokenizer.json pads and truncates to 128)."""
+    """A ``tokenizers.Tokenizer`` from a model dir, a tokenizer.json path or an instance (copied
+    if it pads or truncates), with padding and truncation off (MiniLM's pad and truncate)."""
     from tokenizers import Tokenizer
 
     if isinstance(spec, Tokenizer):
+        if spec.padding is None and spec.truncation is None:
+            return spec
         tok = Tokenizer.from_str(spec.to_str())
     else:
         path = os.fspath(spec)
@@ -441,10 +443,8 @@ def load_tokenizer(spec: Any) -> Any:
         try:
             tok = Tokenizer.from_str(read_text(path))
         except FileNotFoundError:
-            raise FileNotFoundError(
-                f"tokenizer not found: {path} (pass a teacher model dir holding tokenizer.json, "
-                "or the tokenizer.json itself)"
-            ) from None
+            raise FileNotFoundError(f"tokenizer not found: {path} (pass a teacher model dir "
+                                    "holding tokenizer.json, or the file itself)") from None
     tok.no_padding()
     tok.no_truncation()
     return tok

@@ -41,6 +41,7 @@ __all__ = [
     "unit_keys",
     "units",
     "unk_token",
+    "word_index",
     "word_spans",
     "words",
 ]
@@ -242,6 +243,30 @@ def is_punctuation(unit: str) -> bool:
     return all(_is_punct_char(c) for c in unit)
 
 
+_SPACE = re.compile(r"\s")  # the characters str.isspace() accepts, every one (checked)
+# Words (one per line) without a letter or digit: the only ones that can be punctuation, as no
+# character str.isalnum() accepts is in a P or S category (every code point checked).
+_NO_ALNUM_LINE = re.compile(r"^(?:[^\w\n]|_)+$", re.MULTILINE)
+
+
+def word_index(words: list[str]) -> tuple[dict[str, int], list[str]]:
+    """A vocabulary's row of each word, and its words that are punctuation; a ValueError names
+    the first word (by row) that is not a non-empty string without spaces, or is repeated.
+
+    The checks run in C over the joined words; the row-by-row loop runs only to name a fault."""
+    index = dict(zip(words, range(len(words)), strict=True)) if set(map(type, words)) <= {str} \
+        else {}
+    if len(index) != len(words) or "" in index or _SPACE.search("\0".join(words)):
+        index = {}
+        for i, w in enumerate(words):
+            if not isinstance(w, str) or not w or any(c.isspace() for c in w):
+                raise ValueError(f"word {i} ({w!r}) must be a non-empty string without spaces")
+            if index.setdefault(w, i) != i:
+                raise ValueError(f"duplicate word {w!r} at rows {index[w]} and {i}")
+    lines = "\n".join(words)
+    return index, [w for w in _NO_ALNUM_LINE.findall(lines) if is_punctuation(w)]
+
+
 def units(text: str, lang: Language, tokenizer: Tokenizer | None = None,
           unk: str | None = None) -> list[tuple[str, int, int]]:
     """Vocabulary units of ``text`` with character spans ``(key, start, end)``.
@@ -288,6 +313,8 @@ def unk_token(tokenizer: Any) -> str | None:
     """The tokenizer's unknown token (WordPiece ``unk_token``, Unigram ``unk_id``), if any."""
     if tokenizer is None:
         return None
+    if getattr(tokenizer.model, "unk_token", None):  # WordPiece, BPE, WordLevel: no JSON
+        return tokenizer.model.unk_token
     model = json.loads(tokenizer.to_str()).get("model", {})
     if model.get("unk_token"):
         return model["unk_token"]

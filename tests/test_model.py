@@ -210,6 +210,32 @@ def test_from_vectors_validates(words, vectors, match):
         StaticModel.from_vectors(words, vectors)
 
 
+@pytest.mark.parametrize(
+    ("words", "match"),
+    [(["a", "b", "c", "b"], "duplicate word 'b' at rows 1 and 3"),
+     (["a", "x\u00a0y"], r"word 1 \('x\\xa0y'\)"),  # a no-break space is a space
+     (["a", "b\x1c"], "word 1"),  # so is a file separator (str.isspace)
+     (["a", 3], r"word 1 \(3\)"),
+     (["a", ["x"]], r"word 1 \(\['x'\]\)")],  # unhashable: the same error, not a TypeError
+)
+def test_the_first_bad_word_by_row_is_named(words, match):
+    with pytest.raises(ValueError, match=match):
+        StaticModel.from_vectors(words, np.ones((len(words), 2)))
+
+
+def test_only_words_of_punctuation_and_symbols_are_skipped():
+    """The rows the model skips: every character P* or S*; ``_`` is punctuation, a word with a
+    letter, digit or mark is not (the check runs on the joined words, not word by word)."""
+    words = ["_", "a_b", "—", "😀", "§", "x5", "\u0301", "e\u0301"]  # each one BlingFire word
+    m = StaticModel.from_vectors(words, np.eye(len(words)))
+    skipped = {w for w in words if not m.encode([w])[0].any()}
+    assert skipped == {"_", "—", "😀", "§"}
+
+    class Word(str):
+        pass
+    assert len(StaticModel.from_vectors([Word("a"), "b"], np.eye(2))) == 2
+
+
 def test_unknown_language_is_rejected():
     with pytest.raises(ValueError, match="unknown language"):
         _model(["a"], language="klingon")

@@ -262,30 +262,30 @@ def _run(model: str, files: list[str], output: str, opts: EncodeOptions,
     start = time.perf_counter()
     cols = [opts.text_column, *([opts.id_column] if opts.id_column else []),
             *opts.keep_columns]
+    error, encoding = None, False
     try:
         # every input checked (footers, first lines) before the run is recorded: a refused
         # input leaves no run folder behind
         tasks, counts = plan(files, opts.fmt, cols, opts.part_rows)
         done = _start_run(output, run, spec)
         tasks = [t for t in tasks if not _group_done(t, done)]
+        encoding = True
         new = _encode(model, output, run, opts, tasks, done, counts, pool)
         counts = get(counts)
     except Exception as e:
-        error = user_error(e)
-        if error is e:
+        if (error := user_error(e)) is e:
             raise
         e.__traceback__ = None  # its frames hold the failed job's actors (and their CPUs)
-    else:
-        error = None
     if error is not None:
-        gc.collect()  # ... through reference cycles: free them before this process goes on
+        if encoding:  # ... through reference cycles: free them (a full collection, seconds in
+            gc.collect()  # a large process: only once the job has started actors)
         raise error
     receipts = {**done, **{r["part"]: r for r in new}}
     _check_rows(files, counts, receipts)
-    typed: dict = {}
-    for r in sorted(receipts.values(), key=lambda r: tuple(map(int, r["part"].split("-")))):
-        check_types(typed, r.get("types", {}), r.get("file", r["part"]))
     order = sorted(receipts.values(), key=lambda r: tuple(map(int, r["part"].split("-"))))
+    typed: dict = {}
+    for r in order:
+        check_types(typed, r.get("types", {}), r.get("file", r["part"]))
     parts = [{"path": f"{layout.RUN_PREFIX}{run}/{r['part']}.parquet", "rows": r["rows"],
               "bytes": r["bytes"], "sha256": r["sha256"]} for r in order]
     seconds = time.perf_counter() - start
