@@ -83,7 +83,10 @@ def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs, data_dir)
         "corpus.de.split_sentences=false",
         f"pairs.en-de.paths=['{s3}/ccmatrix/de-en.txt.zip', '{s3}/ccmatrix/de-en.tsv.xz']",
         "pairs.en-de.max_pairs=2500", "refine.objective='contrastive'", "refine.dev_max=100",
-        "refine.max_steps=40", "refine.patience=100", "refine.kd_weight=0.5"], output=out)
+        "refine.max_steps=40", "refine.patience=100", "refine.kd_weight=0.5",
+        # two Train workers: TorchTrainer's process group, the train split split between them
+        # and each batch's vectors gathered (one worker runs without torch.distributed)
+        "refine.workers=2"], output=out)
     report = build(cfg)
     data = report["train_data"]
     read = data.read["en-de"]
@@ -109,7 +112,7 @@ def test_en_de_build_from_ccmatrix_releases_on_s3(s3, tmp_path, pairs, data_dir)
     # The global shuffle: validation is the tail of one seed-keyed order.
     assert dev.column("k").to_numpy().min() > train.column("k").to_numpy().max()
     r = report["refine"]
-    assert r.best_dev_loss < r.initial_dev_loss
+    assert r.best_dev_loss < r.initial_dev_loss and r.steps == 40
     model = StaticModel.load(f"{out}/model")
     assert model.languages == ["en", "de"] and report["vocab"].sizes == {"en": 150, "de": 150}
     # Both languages' words; a string in both vocabularies is one row (as in the paper).

@@ -265,8 +265,8 @@ def _remove_work(output: str) -> None:
 def _train(job: FinetuneJob, max_failures: int) -> dict:
     """Run (or resume) the Ray Train job; the state the worker recorded in ``classifier.json``."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
+    from swe.build.training import trainer_class
     from swe.modelfiles import ModelFolder
     from swe.raysetup import fit
 
@@ -276,7 +276,7 @@ def _train(job: FinetuneJob, max_failures: int) -> dict:
         if old != name:  # another config's killed run
             remove_leftovers(storage.join(runs, old), "it is another finetune config's run")
     fs, path = storage.pyarrow_filesystem(runs)
-    fit(TorchTrainer(
+    fit(trainer_class(1, False)(
         train_loop, train_loop_config={"job": job},
         scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
         run_config=RunConfig(name=name, storage_path=path, storage_filesystem=fs,

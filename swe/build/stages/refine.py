@@ -300,8 +300,8 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
     """Run (or resume) the Ray Train job; returns ``(last checkpoint, final state)``."""
     from ray.data import ExecutionOptions
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
+    from swe.build.training import trainer_class
     from swe.raysetup import fit
 
     fs, path = storage.pyarrow_filesystem(run_storage)
@@ -310,7 +310,7 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
     if use_gpu:
         resources["GPU"] = refine.gpus_per_worker
     with relay() as progress:
-        result = fit(TorchTrainer(
+        result = fit(trainer_class(refine.workers, use_gpu)(
             train_loop,
             train_loop_config={"job": TrainJob(refine, init_model, seed, train_rows,
                                                progress=progress)},
