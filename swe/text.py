@@ -243,7 +243,9 @@ def is_punctuation(unit: str) -> bool:
     return all(_is_punct_char(c) for c in unit)
 
 
-_SPACE = re.compile(r"\s")  # the characters str.isspace() accepts, every one (checked)
+# A space other than the newline that joins the words: \s is what str.isspace() accepts (every
+# code point checked); a newline inside a word shows in the count of newlines.
+_INNER_SPACE = re.compile(r"[^\S\n]")
 # Words (one per line) without a letter or digit: the only ones that can be punctuation, as no
 # character str.isalnum() accepts is in a P or S category (every code point checked).
 _NO_ALNUM_LINE = re.compile(r"^(?:[^\w\n]|_)+$", re.MULTILINE)
@@ -256,14 +258,16 @@ def word_index(words: list[str]) -> tuple[dict[str, int], list[str]]:
     The checks run in C over the joined words; the row-by-row loop runs only to name a fault."""
     index = dict(zip(words, range(len(words)), strict=True)) if set(map(type, words)) <= {str} \
         else {}
-    if len(index) != len(words) or "" in index or _SPACE.search("\0".join(words)):
+    lines = "\n".join(words) if len(index) == len(words) else ""  # distinct strings only
+    if len(index) != len(words) or "" in index or lines.count("\n") != len(words) - 1 or \
+            _INNER_SPACE.search(lines):
         index = {}
         for i, w in enumerate(words):
             if not isinstance(w, str) or not w or any(c.isspace() for c in w):
                 raise ValueError(f"word {i} ({w!r}) must be a non-empty string without spaces")
             if index.setdefault(w, i) != i:
                 raise ValueError(f"duplicate word {w!r} at rows {index[w]} and {i}")
-    lines = "\n".join(words)
+        lines = "\n".join(words)  # valid after all (e.g. str subclasses)
     return index, [w for w in _NO_ALNUM_LINE.findall(lines) if is_punctuation(w)]
 
 

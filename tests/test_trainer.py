@@ -316,3 +316,17 @@ def test_a_workers_progress_line_reaches_the_drivers_log(ray_session, caplog):
         while "[refine] step 7/10" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.2)
     assert "[refine] step 7/10" in caplog.text and "dev loss 2.0000" in caplog.text
+
+
+def test_one_cpu_worker_trains_without_torch_distributed():
+    """Several workers or a GPU: TorchTrainer (its process group, each worker's device); one CPU
+    worker: the framework-free trainer, whose controller never imports torch."""
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from swe.build.training import trainer_class
+
+    assert trainer_class(ScalingConfig(num_workers=2)) is TorchTrainer
+    assert trainer_class(ScalingConfig(num_workers=1, use_gpu=True)) is TorchTrainer
+    one = trainer_class(ScalingConfig(num_workers=1))
+    assert one is not TorchTrainer and not issubclass(one, TorchTrainer)

@@ -276,9 +276,9 @@ def _train(job: FinetuneJob, max_failures: int) -> dict:
         if old != name:  # another config's killed run
             remove_leftovers(storage.join(runs, old), "it is another finetune config's run")
     fs, path = storage.pyarrow_filesystem(runs)
-    fit(trainer_class(1, False)(
-        train_loop, train_loop_config={"job": job},
-        scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
+    scaling = ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1})
+    fit(trainer_class(scaling)(
+        train_loop, train_loop_config={"job": job}, scaling_config=scaling,
         run_config=RunConfig(name=name, storage_path=path, storage_filesystem=fs,
                              failure_config=FailureConfig(max_failures=max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=1)),

@@ -309,8 +309,10 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
     resources = {"CPU": refine.cpus_per_worker}
     if use_gpu:
         resources["GPU"] = refine.gpus_per_worker
+    scaling = ScalingConfig(num_workers=refine.workers, use_gpu=use_gpu,
+                            resources_per_worker=resources)
     with relay() as progress:
-        result = fit(trainer_class(refine.workers, use_gpu)(
+        result = fit(trainer_class(scaling)(
             train_loop,
             train_loop_config={"job": TrainJob(refine, init_model, seed, train_rows,
                                                progress=progress)},
@@ -319,8 +321,7 @@ def run_training(init_model: str, data: tuple[str, str], run_storage: str, run_n
             # a split coordinator actor (seconds per run on a small box).
             dataset_config=DataConfig(datasets_to_split=["train"] if refine.workers > 1 else [],
                                       execution_options=ExecutionOptions(preserve_order=True)),
-            scaling_config=ScalingConfig(num_workers=refine.workers, use_gpu=use_gpu,
-                                         resources_per_worker=resources),
+            scaling_config=scaling,
             run_config=RunConfig(name=run_name, storage_path=path, storage_filesystem=fs,
                                  failure_config=FailureConfig(max_failures=refine.max_failures),
                                  checkpoint_config=CheckpointConfig(num_to_keep=2)),
