@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,39 @@ def test_a_teacher_that_will_not_export_is_a_clear_error(tmp_path):
         prepare(str(bad), "onnx", str(tmp_path / "cache"))
     assert not (tmp_path / "cache" / "teachers").exists() or not any(
         p.name.endswith("-v1") for p in (tmp_path / "cache" / "teachers").rglob("*"))
+
+
+def test_a_second_process_waits_for_the_first_maker_and_reuses_its_entry(cache, minilm, tmp_path,
+                                                                        monkeypatch, caplog):
+    """Two builds (or two test workers) on a machine without the entry: the second waits on
+    ``<entry>.lock`` for the first and takes its entry, instead of exporting the same teacher
+    beside it (a minute of CPU on this box, for int8)."""
+    import fcntl
+    import logging
+    import threading
+
+    from swe.build.teacher import runtime
+
+    made = prepare(str(minilm), "onnx", str(cache))
+    folder = Path(made["path"].replace(str(cache), str(tmp_path))).parent
+    folder.parent.mkdir(parents=True)
+    calls = []
+    monkeypatch.setattr(runtime, "_make", lambda *a: calls.append(a))
+    with open(f"{folder}.lock", "w") as held:  # the first maker, still at work
+        fcntl.flock(held, fcntl.LOCK_EX)
+        got = {}
+        waiter = threading.Thread(target=lambda: got.update(prepare(str(minilm), "onnx",
+                                                                    str(tmp_path))))
+        with caplog.at_level(logging.INFO, logger="swe.build"):
+            waiter.start()
+            deadline = time.time() + 60
+            while "waiting for another process" not in caplog.text:
+                assert waiter.is_alive() and time.time() < deadline, caplog.text
+                time.sleep(0.05)
+            shutil.copytree(Path(made["path"]).parent, folder)  # the first maker's rename
+    waiter.join(timeout=60)
+    assert got["path"] == str(folder / "model.onnx") and got["sha256"] == made["sha256"]
+    assert calls == []  # not made a second time
 
 
 def test_an_unwritable_cache_is_a_clear_error(minilm, tmp_path):

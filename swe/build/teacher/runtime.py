@@ -22,6 +22,7 @@ the scale) and the attention products in fp32 gives 0.99 at most of the speed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -29,6 +30,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,13 +113,45 @@ def prepare(teacher: str, runtime: str, cache: str | None = None,
                           f"{runtime}-v{FORMAT}")
     info = _cached(folder, teacher_sha)
     if info is None:
-        source = None if runtime == "onnx" else prepare(teacher, "onnx", cache, trust_remote_code)
-        _make(teacher, runtime, folder, teacher_sha, source, trust_remote_code)
-        info = _cached(folder, teacher_sha)
-        if info is None:
-            raise TeacherRuntimeError(f"the {runtime} form of teacher {teacher} was made in "
-                                      f"{folder} but does not check out; remove it and rerun")
+        with _one_maker(folder):
+            info = _cached(folder, teacher_sha)  # made by the process this one waited for
+            if info is None:
+                source = (None if runtime == "onnx"
+                          else prepare(teacher, "onnx", cache, trust_remote_code))
+                _make(teacher, runtime, folder, teacher_sha, source, trust_remote_code)
+                info = _cached(folder, teacher_sha)
+    if info is None:
+        raise TeacherRuntimeError(f"the {runtime} form of teacher {teacher} was made in "
+                                  f"{folder} but does not check out; remove it and rerun")
     return info
+
+
+@contextlib.contextmanager
+def _one_maker(folder: str) -> Iterator[None]:
+    """Hold ``<folder>.lock`` while the entry is made: a second process (another build, another
+    test worker) waits for the first and reuses its entry instead of making the same one beside
+    it. The lock ends with its process, so a killed maker leaves none; where the file system
+    cannot lock, each process makes its own and the first rename wins (:func:`_make`)."""
+    import fcntl
+
+    parent = os.path.dirname(folder)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        fd = os.open(f"{folder}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise TeacherRuntimeError(f"cannot write the teacher cache {parent} ({e}): set "
+                                  "SWE_CACHE to a writable folder") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process making %s", folder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # no locks here (some network file systems): make it unlocked
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _cached(folder: str, teacher_sha: str) -> dict | None:
@@ -140,12 +174,6 @@ def _make(teacher: str, runtime: str, folder: str, teacher_sha: str, source: dic
     into place in one rename (concurrent builds: the first rename wins, the other is dropped)."""
     import shutil
 
-    parent = os.path.dirname(folder)
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as e:
-        raise TeacherRuntimeError(f"cannot write the teacher cache {parent} ({e}): set "
-                                  "SWE_CACHE to a writable folder") from None
     tmp = f"{folder}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
     log.info("making the %s form of teacher %s, once (about a minute on 2 CPU cores; kept in %s)",
              runtime, teacher, folder)
