@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -256,8 +257,9 @@ def _sample_units(lines: int) -> Counter:
     """Word units (no punctuation, no CJK) of the first ``lines`` sample lines, counted; never
     the :func:`check_lines`."""
     texts = _sample()[:max(0, min(lines, len(_sample()) - CHECK_LINES))]
-    return Counter(u for t in texts for u in words(t)
-                   if not is_punctuation(u) and not has_unspaced_script(u) and MARK not in u)
+    counts = Counter(u for t in texts for u in words(t))
+    return Counter({u: n for u, n in counts.items()  # each distinct unit judged once
+                    if not is_punctuation(u) and not has_unspaced_script(u) and MARK not in u})
 
 
 def _table(model: StaticModel, vocab: dict[str, int], lowercase: bool, strip: bool,
@@ -267,18 +269,18 @@ def _table(model: StaticModel, vocab: dict[str, int], lowercase: bool, strip: bo
     normalise alike (``café`` and ``cafe`` with accents stripped) get their majority's row."""
     tok = export_tokenizer(list(vocab), lowercase, strip)
     norm, wordpiece = tok.normalizer, tok.model
-    keys: dict[str, Counter] = {}
+    keys: dict[str, dict[str, int]] = {}  # plain dicts: a Counter each cost a second here
     for unit, n in counts.items():
-        keys.setdefault(norm.normalize_str(unit), Counter())[unit] += n
+        keys.setdefault(norm.normalize_str(unit), {})[unit] = n
     table: dict[str, int] = {}
     for marked, units in keys.items():
-        if units.total() < min_count or len(marked) > MAX_UNIT_CHARS:
+        if sum(units.values()) < min_count or len(marked) > MAX_UNIT_CHARS:
             continue
-        votes: Counter = Counter()
+        votes: dict[int, int] = {}
         for unit, n in units.items():
             i = model._lookup(unit)
-            votes[0 if i < 0 else 1 + i] += n
-        row = votes.most_common(1)[0][0]
+            votes[0 if i < 0 else 1 + i] = votes.get(0 if i < 0 else 1 + i, 0) + n
+        row = max(votes.items(), key=itemgetter(1))[0]  # the first most voted (most_common)
         got = [r for r in (vocab[p.value] for p in wordpiece.tokenize(marked)) if r]
         if got != ([row] if row else []):
             table[marked] = row
