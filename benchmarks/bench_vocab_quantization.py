@@ -33,7 +33,7 @@ from pathlib import Path
 
 from _smoke import parse
 
-SMOKE = {"clusters": [64], "signals": ["stsb"]}
+SMOKE = {"clusters": [64], "signals": ["stsb"], "speed_copies": 1}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
                    choices=["stsb", "sst2", "trec"])
     p.add_argument("--dev-pairs", help="a build's work/train_data/dev: also pair retrieval")
     p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--speed-copies", type=int, default=10,
+                   help="speed: encode STS-B dev's sentences this many times over (best of 3)")
     p.add_argument("--exact", type=int, default=0,
                    help="swe quantize --exact: the first N rows keep their own direction")
     p.add_argument("--work", help="keep the folders here (default: a temporary folder)")
@@ -68,8 +70,10 @@ def _speed(model, texts: list[str]) -> float:
     return len(texts) / best
 
 
-def score(path: Path, signals: list[str], dev_pairs: str | None, dim: int | None = None) -> dict:
-    """Size, load seconds, speed and the dev signals of the model folder at ``path``."""
+def score(path: Path, signals: list[str], dev_pairs: str | None, dim: int | None = None,
+          copies: int = 10) -> dict:
+    """Size, load seconds, speed (STS-B dev's sentences ``copies`` times over) and the dev
+    signals of the model folder at ``path``."""
     from swe.eval.classification import classify
     from swe.eval.data import stsb_file
     from swe.eval.retrieval import pair_retrieval
@@ -83,7 +87,7 @@ def score(path: Path, signals: list[str], dev_pairs: str | None, dim: int | None
         loads.append(time.perf_counter() - t0)
     a, b, _ = read_sts(stsb_file("dev"))
     row = {"folder_bytes": _folder_bytes(path), "load_s": round(statistics.median(loads), 3),
-           "sentences_per_s": round(_speed(model, (a + b) * 10))}
+           "sentences_per_s": round(_speed(model, (a + b) * copies))}
     if "stsb" in signals:
         row["stsb_dev"] = round(sts(model, stsb_file("dev")), 2)
     for task in ("sst2", "trec"):
@@ -95,7 +99,7 @@ def score(path: Path, signals: list[str], dev_pairs: str | None, dim: int | None
 
 
 def _cut_int8(model_path: str, budget: int, work: Path, signals: list[str],
-              dev_pairs: str | None) -> dict | None:
+              dev_pairs: str | None, copies: int = 10) -> dict | None:
     """int8 with the most leading dimensions whose folder fits ``budget`` bytes."""
     from swe.model import StaticModel
 
@@ -111,7 +115,7 @@ def _cut_int8(model_path: str, budget: int, work: Path, signals: list[str],
     out = work / f"int8-d{dim}"
     if not out.exists():
         StaticModel.load(model_path, dim=dim).save(out, dtype="int8")
-    return {"kind": "int8 cut", "dim": dim, **score(out, signals, dev_pairs)}
+    return {"kind": "int8 cut", "dim": dim, **score(out, signals, dev_pairs, copies=copies)}
 
 
 def resave(folder: Path, out: Path, dtype: str) -> None:
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace, work: Path) -> list[dict]:
         out = work / f"full-{dtype}"
         model.save(out, dtype=dtype)
         rows.append({"kind": "full", "dtype": dtype, "dim": model.dim,
-                     **score(out, args.signals, args.dev_pairs)})
+                     **score(out, args.signals, args.dev_pairs, copies=args.speed_copies)})
         print(json.dumps(rows[-1]), flush=True)
     for k in args.clusters:
         first = work / f"k{k}-{args.dtypes[0]}"
@@ -162,10 +166,10 @@ def run(args: argparse.Namespace, work: Path) -> list[dict]:
             rows.append({"kind": "clustered", "clusters": k, "dtype": dtype, "exact": args.exact,
                          "quantize_s": secs, "passes": rep.iterations,
                          "mean_cosine": rep.mean_cosine,
-                         **score(out, args.signals, args.dev_pairs)})
+                         **score(out, args.signals, args.dev_pairs, copies=args.speed_copies)})
             print(json.dumps(rows[-1]), flush=True)
             cut = _cut_int8(args.model, rows[-1]["folder_bytes"], work, args.signals,
-                            args.dev_pairs)
+                            args.dev_pairs, args.speed_copies)
             if cut:
                 rows.append({**cut, "matches": f"k{k}-{dtype}"})
                 print(json.dumps(rows[-1]), flush=True)
