@@ -154,6 +154,13 @@ def test_an_unwritable_cache_is_a_clear_error(minilm, tmp_path):
     blocker.write_text("")
     with pytest.raises(TeacherRuntimeError, match="SWE_CACHE"):
         prepare(str(minilm), "onnx", str(blocker / "cache"))
+    # a folder where the entry's lock file goes: named, with what to remove
+    from swe.build.teacher.runtime import FORMAT, teacher_checksum
+
+    lock = tmp_path / "c/teachers" / teacher_checksum(str(minilm))[:16] / f"onnx-v{FORMAT}.lock"
+    lock.mkdir(parents=True)
+    with pytest.raises(TeacherRuntimeError, match=rf"or remove {lock}$"):
+        prepare(str(minilm), "onnx", str(tmp_path / "c"))
 
 
 def test_unknown_runtime_is_refused_by_the_config():

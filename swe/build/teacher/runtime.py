@@ -134,13 +134,15 @@ def _one_maker(folder: str) -> Iterator[None]:
     cannot lock, each process makes its own and the first rename wins (:func:`_make`)."""
     import fcntl
 
-    parent = os.path.dirname(folder)
+    parent, lock = os.path.dirname(folder), f"{folder}.lock"
     try:
         os.makedirs(parent, exist_ok=True)
-        fd = os.open(f"{folder}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise TeacherRuntimeError(f"cannot write the teacher cache {parent} ({e}): set "
-                                  "SWE_CACHE to a writable folder") from None
+                                  "SWE_CACHE to a writable folder"
+                                  + (f", or remove {lock}" if os.path.isdir(lock) else "")
+                                  ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
