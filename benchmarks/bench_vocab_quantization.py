@@ -70,8 +70,8 @@ def _speed(model, texts: list[str]) -> float:
     return len(texts) / best
 
 
-def score(path: Path, signals: list[str], dev_pairs: str | None, dim: int | None = None,
-          copies: int = 10) -> dict:
+def score(path: Path, signals: list[str], dev_pairs: str | None, copies: int,
+          dim: int | None = None) -> dict:
     """Size, load seconds, speed (STS-B dev's sentences ``copies`` times over) and the dev
     signals of the model folder at ``path``."""
     from swe.eval.classification import classify
@@ -99,7 +99,7 @@ def score(path: Path, signals: list[str], dev_pairs: str | None, dim: int | None
 
 
 def _cut_int8(model_path: str, budget: int, work: Path, signals: list[str],
-              dev_pairs: str | None, copies: int = 10) -> dict | None:
+              dev_pairs: str | None, copies: int) -> dict | None:
     """int8 with the most leading dimensions whose folder fits ``budget`` bytes."""
     from swe.model import StaticModel
 
@@ -115,7 +115,7 @@ def _cut_int8(model_path: str, budget: int, work: Path, signals: list[str],
     out = work / f"int8-d{dim}"
     if not out.exists():
         StaticModel.load(model_path, dim=dim).save(out, dtype="int8")
-    return {"kind": "int8 cut", "dim": dim, **score(out, signals, dev_pairs, copies=copies)}
+    return {"kind": "int8 cut", "dim": dim, **score(out, signals, dev_pairs, copies)}
 
 
 def resave(folder: Path, out: Path, dtype: str) -> None:
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace, work: Path) -> list[dict]:
         out = work / f"full-{dtype}"
         model.save(out, dtype=dtype)
         rows.append({"kind": "full", "dtype": dtype, "dim": model.dim,
-                     **score(out, args.signals, args.dev_pairs, copies=args.speed_copies)})
+                     **score(out, args.signals, args.dev_pairs, args.speed_copies)})
         print(json.dumps(rows[-1]), flush=True)
     for k in args.clusters:
         first = work / f"k{k}-{args.dtypes[0]}"
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace, work: Path) -> list[dict]:
             rows.append({"kind": "clustered", "clusters": k, "dtype": dtype, "exact": args.exact,
                          "quantize_s": secs, "passes": rep.iterations,
                          "mean_cosine": rep.mean_cosine,
-                         **score(out, args.signals, args.dev_pairs, copies=args.speed_copies)})
+                         **score(out, args.signals, args.dev_pairs, args.speed_copies)})
             print(json.dumps(rows[-1]), flush=True)
             cut = _cut_int8(args.model, rows[-1]["folder_bytes"], work, args.signals,
                             args.dev_pairs, args.speed_copies)

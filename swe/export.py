@@ -279,7 +279,8 @@ def _table(model: StaticModel, vocab: dict[str, int], lowercase: bool, strip: bo
         votes: dict[int, int] = {}
         for unit, n in units.items():
             i = model._lookup(unit)
-            votes[0 if i < 0 else 1 + i] = votes.get(0 if i < 0 else 1 + i, 0) + n
+            vote = 0 if i < 0 else 1 + i
+            votes[vote] = votes.get(vote, 0) + n
         row = max(votes.items(), key=itemgetter(1))[0]  # the first most voted (most_common)
         got = [r for r in (vocab[p.value] for p in wordpiece.tokenize(marked)) if r]
         if got != ([row] if row else []):
